@@ -1,0 +1,29 @@
+"""Algorithm registry. Adding an algorithm = one file in this package + one line in ``REGISTRY``."""
+from __future__ import annotations
+
+from ..errors import ConfigError
+from .diana import Dcgd, Diana
+
+REGISTRY = {
+    "dcgd": (Dcgd, "distributed compressed (S)GD = DIANA with α = 0 (QSGD / TernGrad / DQGD)"),
+    "diana": (Diana, "DIANA: compressed gradient differences with learned shifts (Mishchenko et al. 2019)"),
+}
+
+
+def available() -> list[str]:
+    return sorted(REGISTRY)
+
+
+def describe(name: str) -> str:
+    return REGISTRY[name][1]
+
+
+def get(name: str):
+    try:
+        return REGISTRY[name][0]
+    except KeyError:
+        raise ConfigError(f"unknown algorithm {name!r}; available: {', '.join(available())}") from None
+
+
+def make(name: str, compressor, **kwargs):
+    return get(name)(compressor, **kwargs)

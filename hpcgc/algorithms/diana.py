@@ -1,0 +1,129 @@
+"""DIANA and DCGD: compressed gradient differences with learned shifts.
+
+Mishchenko, Gorbunov, Takáč, Richtárik, *Distributed Learning with Compressed Gradient
+Differences*, arXiv 1901.09269 (2019); recursion as in `spec/diana.md` §B.5:
+
+    worker i:  Δ_i = g_i − h_i,   m_i = C(Δ_i)  (the only message),   h_i ← h_i + α·m_i
+    server:    m = Σ_i w_i m_i,   ĝ = h + m,   v = β·v + ĝ,   x ← prox_{γR}(x − γ·v),   h ← h + α·m
+
+DCGD (distributed compressed gradient descent) is the same recursion with α = 0 and h = 0: with
+QSGD it is QSGD (Alistarh et al. 2017), with ℓ∞ ternary quantization TernGrad (Wen et al. 2017),
+with full local gradients DQGD (Khirirat et al. 2018) — one implementation (`spec/decisions.md`).
+
+Both sides keep their state explicitly (optax style): ``worker_init``/``worker_message`` and
+``server_init``/``server_step``; nothing hides in globals. The worker updates its shift with the
+*decoded own payload*, i.e. exactly what the server decodes, so h = Σ_i w_i h_i holds to rounding.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..problems import prox_l1
+
+
+@dataclass
+class WorkerState:
+    h: np.ndarray          # shift h_i (float64)
+    delta: np.ndarray      # scratch for g − h
+
+
+@dataclass
+class ServerState:
+    x: np.ndarray          # iterate x^k
+    h: np.ndarray          # server shift h = Σ w_i h_i
+    v: np.ndarray          # heavy-ball buffer
+    m: np.ndarray          # scratch: aggregated message
+
+
+def theory_step(L_max: float, omega: float, n: int) -> float:
+    """γ = 1/(L_max·(1 + 4ω/n)): DIANA, strongly convex case (`spec/diana.md` B.6, flpytorch)."""
+    return 1.0 / (L_max * (1.0 + 4.0 * omega / n))
+
+
+class Diana:
+    """DIANA (α = 1/(1+ω) by default). ``Dcgd`` is the α = 0 special case."""
+
+    name = "diana"
+    learns_shifts = True
+
+    def __init__(self, compressor, *, d: int, n_workers: int, weights, L_max: float,
+                 step_multiplier: float = 1.0, alpha=None, momentum: float = 0.0, l1: float = 0.0):
+        if compressor.omega(d) is None:
+            raise ConfigError(f"{self.name} needs an unbiased compressor; {compressor.spec} is biased "
+                              "(use error feedback, algorithm 'ef', for biased compressors)")
+        if not (step_multiplier > 0 and np.isfinite(step_multiplier)):
+            raise ConfigError(f"run.step_multiplier must be > 0, got {step_multiplier!r}")
+        if not (0.0 <= momentum < 1.0):
+            raise ConfigError(f"run.momentum must be in [0, 1), got {momentum!r}")
+        self.c = compressor
+        self.d = d
+        self.n = n_workers
+        self.weights = np.asarray(weights, dtype=np.float64)
+        self.omega = float(compressor.omega(d))
+        self.gamma = step_multiplier * theory_step(L_max, self.omega, n_workers)
+        self.alpha = self._alpha(alpha)
+        self.beta = float(momentum)
+        self.l1 = float(l1)
+
+    def _alpha(self, alpha) -> float:
+        if not self.learns_shifts:
+            if alpha not in (None, "theory", 0, 0.0):
+                raise ConfigError(f"{self.name} has no shifts (α = 0); remove run.alpha or use 'diana'")
+            return 0.0
+        if alpha is None or alpha == "theory":
+            return 1.0 / (1.0 + self.omega)
+        a = float(alpha)
+        if not (0.0 < a <= 1.0):
+            raise ConfigError(f"run.alpha must be in (0, 1] (theory: 1/(1+ω) = {1 / (1 + self.omega):.4g}), got {alpha!r}")
+        return a
+
+    # -- worker side -----------------------------------------------------------------------------
+    def worker_init(self) -> WorkerState:
+        return WorkerState(h=np.zeros(self.d), delta=np.empty(self.d))
+
+    def worker_message(self, state: WorkerState, g: np.ndarray, rng) -> np.ndarray:
+        """Compress g − h_i, update h_i with the decoded message, return the payload bytes."""
+        np.subtract(g, state.h, out=state.delta)
+        payload = self.c.compress(state.delta, rng)
+        if self.alpha != 0.0:
+            self.c.decompress_add(payload, self.d, state.h, self.alpha)
+        return payload
+
+    # -- server side -----------------------------------------------------------------------------
+    def server_init(self, x0: np.ndarray) -> ServerState:
+        return ServerState(x=np.array(x0, dtype=np.float64), h=np.zeros(self.d), v=np.zeros(self.d),
+                           m=np.zeros(self.d))
+
+    def server_step(self, state: ServerState, messages) -> np.ndarray:
+        """``messages``: iterable of (worker index, payload bytes). Updates and returns state.x."""
+        state.m[:] = 0.0
+        for i, payload in messages:
+            self.c.decompress_add(payload, self.d, state.m, self.weights[i])
+        # v = β v + (h + m);  x = prox(x − γ v);  h += α m
+        if self.beta:
+            state.v *= self.beta
+            state.v += state.h
+            state.v += state.m
+            step = state.v
+        else:
+            np.add(state.h, state.m, out=state.v)
+            step = state.v
+        state.x -= self.gamma * step
+        if self.l1:
+            prox_l1(state.x, self.gamma * self.l1)
+        if self.alpha:
+            state.h += self.alpha * state.m
+        return state.x
+
+    def describe(self) -> dict:
+        return {"gamma": self.gamma, "alpha": self.alpha, "beta": self.beta, "omega": self.omega}
+
+
+class Dcgd(Diana):
+    """DCGD = DIANA with α = 0: QSGD / TernGrad / DQGD depending on the compressor."""
+
+    name = "dcgd"
+    learns_shifts = False

@@ -1,0 +1,172 @@
+"""``python -m hpcgc.bench``: run experiments under MPI, list what is available, validate files.
+
+    mpirun -n 4 python -m hpcgc.bench                       # the built-in default experiment
+    mpirun -n 4 python -m hpcgc.bench --config exp.toml --set run.iterations=500 -o results/x.h5
+    python -m hpcgc.bench list                              # compressors, algorithms, data sets, ...
+    python -m hpcgc.bench validate --config exp.toml        # check every grid point, print the plan
+
+One entry, a table of subcommands, argparse for the rest (the pattern of ``mpi4py.bench``).
+"""
+from __future__ import annotations
+
+import os
+
+# One numba / BLAS thread per rank: MPI ranks are the parallelism. Set before numpy/numba load;
+# a value the user exported wins.
+for _var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import re  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from . import __version__  # noqa: E402
+from .errors import UserError  # noqa: E402
+
+DESCRIPTION = """\
+hpcgc: MPI benchmark suite for communication-compressed distributed optimization.
+
+Every MPI rank is a worker holding a data shard (rank 0 is also the server, unless
+run.server = "dedicated"). Each iteration the workers compress their messages, rank 0 gathers
+the bytes with MPI Gatherv, aggregates, steps, and broadcasts the new iterate. Results (loss,
+f - f*, bits per worker in two ledgers - model bits and wire bytes - and per-rank phase times)
+go to one HDF5 file written by rank 0."""
+
+EPILOG = """\
+commands:
+  run       (default) run an experiment: the built-in default, or --config FILE.toml
+  list      list compressors, algorithms, allocations, data sets and partitions
+  validate  check an experiment file (every grid point) and print the plan, without running
+
+experiment keys (--set section.key=value; values are TOML literals, else strings):
+{keys}
+
+examples:
+  mpirun -n 4 python -m hpcgc.bench
+  mpirun -n 8 python -m hpcgc.bench --set data.dataset=libsvm:path/to/a9a --set run.iterations=2000
+  mpirun -n 4 python -m hpcgc.bench --config jobs/experiments/diana-vs-dcgd-a9a.toml -o results/a9a.h5
+  python -m hpcgc.bench validate --config jobs/experiments/diana-vs-dcgd-a9a.toml
+
+exit status: 0 success; 2 invalid input (config, data), reported as one line on rank 0;
+1 internal error (traceback on the failing rank, all ranks aborted).
+Docs: README.md, docs/ (results schema, methods, data, compressors)."""
+
+
+def build_parser():
+    from .config import schema_help
+    p = argparse.ArgumentParser(prog="python -m hpcgc.bench", description=DESCRIPTION,
+                                epilog=EPILOG.format(keys=schema_help()),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", nargs="?", default="run", choices=("run", "list", "validate"),
+                   help="what to do (default: run)")
+    p.add_argument("--config", "-c", metavar="FILE.toml", help="experiment file (default: the built-in experiment)")
+    p.add_argument("--set", "-s", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
+                   help="override a key, e.g. --set run.iterations=500 --set sweep.seed=[0,1,2]")
+    p.add_argument("--out", "-o", metavar="PATH", help="results file (default: results/<name>-<UTC time>.h5)")
+    p.add_argument("--quiet", "-q", action="store_true", help="print only the final table")
+    p.add_argument("--version", action="version", version=f"hpcgc {__version__}")
+    return p
+
+
+def cmd_list(args) -> int:
+    from . import algorithms, allocation, compressors, data
+    print("compressors (name:param=value,...):")
+    for name in compressors.available():
+        print(f"  {compressors.describe(name)}")
+    print("algorithms:")
+    for name in algorithms.available():
+        print(f"  {name:12s} {algorithms.describe(name)}")
+    print("allocations:")
+    for name in allocation.available():
+        print(f"  {name:12s} {allocation.describe(name)}")
+    print("data sets:")
+    for name, desc in data.describe():
+        print(f"  {name:34s} {desc}")
+    print("partitions:")
+    for name in data.partition_schemes():
+        print(f"  {name}")
+    print("problems:\n  logreg       l2-regularized logistic regression (labels mapped to ±1)\n"
+          "  ridge        l2-regularized least squares")
+    return 0
+
+
+def _load_config(args):
+    from . import config
+    cfg = config.load_file(args.config) if args.config else config.default_experiment()
+    return config.apply_overrides(cfg, args.overrides)
+
+
+def default_out(name: str) -> Path:
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "experiment"
+    return Path("results") / f"{safe}-{stamp}.h5"
+
+
+def summary_table(summaries) -> str:
+    cols = ("grad", "compress", "comm_up", "server", "comm_down", "iter")
+    head = (f"{'run':<5} {'algorithm':<9} {'compressor':<26} {'status':<10} {'iters':>6} {'f - f*':>10} "
+            f"{'MB up':>9} {'wire/model':>10} " + " ".join(f"{c + '(ms)':>12}" for c in cols))
+    lines = ["# per-iteration times: mean over iterations and ranks; MB up: bytes that crossed the network",
+             head, "-" * len(head)]
+    for s in summaries:
+        lines.append(f"{s.run_id[:3]:<5} {s.algorithm:<9} {s.compressor[:26]:<26} {s.status:<10} {s.iterations:>6} "
+                     f"{s.suboptimality:>10.3e} {s.mb_up:>9.4f} {s.wire_over_model:>10.3f} "
+                     + " ".join(f"{s.phase_ms[c]:>12.4f}" for c in cols))
+    return "\n".join(lines)
+
+
+def cmd_run(args, argv, validate_only=False) -> int:
+    from .runner import execute, prepare
+    from .transport import Transport
+
+    t = Transport()
+    say = print if t.is_root else (lambda *a, **k: None)
+    log = (lambda *a: None) if args.quiet else say
+    cfg = _load_config(args)               # identical on every rank: a bad file fails everywhere alike
+    t0 = time.perf_counter()
+    runs = prepare(cfg, t)
+    if validate_only:
+        say(f"experiment {cfg['name']!r}: {len(runs)} run(s) valid for {t.size} rank(s)")
+        for r in runs:
+            rc = r.rp.cfg
+            say(f"  {r.rp.run_id}: {rc['data']['dataset']} [{rc['data']['partition']}] {rc['problem']['kind']} "
+                f"l2={rc['problem']['l2']:g}  d={r.s.d} n={r.s.n_workers}  γ={r.alg.gamma:.4g} α={r.alg.alpha:.4g}"
+                f"  iterations={rc['run']['iterations']}")
+        return 0
+    out = Path(args.out) if args.out else default_out(cfg["name"])
+    path, summaries = execute(runs, t, out, argv, log=log, t_start=t0, name=cfg["name"])
+    if t.is_root:
+        say(summary_table(summaries))
+        say(f"# results: {path}")
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    if args.command == "list":
+        return cmd_list(args)
+    rank = 0
+    try:
+        from mpi4py import MPI
+        rank = MPI.COMM_WORLD.Get_rank()
+        return cmd_run(args, argv, validate_only=args.command == "validate")
+    except UserError as exc:
+        if rank == 0:
+            print(f"hpcgc: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception:  # a bug, not a user mistake: show it and take every rank down (no hang)
+        sys.stderr.write(f"hpcgc: internal error on rank {rank}:\n{traceback.format_exc()}")
+        from .transport import Transport
+        Transport().abort(1)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Compressors: numba kernels, one class per compressor, the wire encoding and a registry.
+
+    from hpcgc import compressors
+    c = compressors.make("qsgd", s=4)              # or make("qsgd:s=4"), make("quant:p=inf,block=32")
+    payload = c.compress(x, rng)                    # uint8 array: exactly the bytes sent over MPI
+    y = c.decompress(payload, d)                    # new float64 array
+    c.decompress_add(payload, d, out, weight)       # out += weight * decompress(payload, d), fused
+    c.model_bits(payload, d); c.omega(d); c.unbiased; c.spec; c.params
+
+Adding a compressor = one new module with a :class:`Compressor` subclass + one line in
+``REGISTRY`` below (see ``docs/compressors.md``, "How to add a compressor").
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConfigError
+from .base import Compressor, Param, parse_spec
+from .identity import Identity
+from .qsgd import QSGD
+from .quant import Quant, TernGrad
+from .randk import RandK
+
+REGISTRY: dict[str, type[Compressor]] = {
+    "identity": Identity,
+    "qsgd": QSGD,
+    "quant": Quant,
+    "terngrad": TernGrad,
+    "randk": RandK,
+}
+"""Name → class. Keys must equal the classes' ``name``."""
+
+__all__ = ["Compressor", "Param", "REGISTRY", "available", "describe", "get", "make"]
+
+
+def available() -> list[str]:
+    """Registered compressor names, sorted."""
+    return sorted(REGISTRY)
+
+
+def get(name: str) -> type[Compressor]:
+    """The class registered under ``name`` (ConfigError listing the available names otherwise)."""
+    key = name.strip().lower() if isinstance(name, str) else name
+    try:
+        return REGISTRY[key]
+    except (KeyError, TypeError):
+        raise ConfigError(f"unknown compressor {name!r}; available: {', '.join(available())}") from None
+
+
+def describe(name: str) -> str:
+    """One line: name, description (ω, model bits, paper) and parameters with defaults/ranges."""
+    return get(parse_spec(name)[0]).describe()
+
+
+def make(spec: str | Compressor, **params: Any) -> Compressor:
+    """Build a compressor from ``"name"`` or ``"name:k=v,k=v"`` plus keyword parameters.
+
+    String values in either form are parsed (ints, floats, ``inf``, ``true``/``false``); a
+    parameter given both in the string and as a keyword is an error. A :class:`Compressor` is returned as is,
+    or rebuilt with the keywords overriding its parameters.
+    """
+    if isinstance(spec, Compressor):
+        return type(spec)(**{**spec.params, **params}) if params else spec
+    name, from_string = parse_spec(spec)
+    cls = get(name)
+    both = sorted(set(from_string) & set(params))
+    if both:
+        raise ConfigError(f"{name}: parameter {both[0]} given both in the spec string and as a keyword")
+    return cls(**from_string, **params)

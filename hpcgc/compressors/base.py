@@ -1,0 +1,376 @@
+"""The abstract :class:`Compressor`, its parameter schema and the ``"name:k=v,k=v"`` spec parser.
+
+A compressor class declares, once, its name, a one-line description and a tuple of :class:`Param`
+(type, default, allowed range). The base class does everything generic:
+
+* parsing and checking parameters (``ConfigError`` naming compressor, parameter and allowed range),
+* the canonical spec string (round-trips through :func:`hpcgc.compressors.make`),
+* input checks for :meth:`Compressor.compress` (1-D float array, 1 ≤ d < 2**32) and drawing the
+  kernel seed from the caller's ``numpy.random.Generator``,
+* payload coercion and the default, non-fused :meth:`Compressor.decompress_add`.
+
+A subclass implements ``_compress(x, seed)``, ``_decompress(payload, d)`` (and, to avoid a dense
+temporary, ``_decompress_add(payload, d, out, weight)``), ``omega(d)``, ``model_bits(payload, d)``
+and, when some parameter constraint depends on d, ``_validate(d)``. Payload lengths and headers are
+checked before any kernel runs.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import ConfigError, PayloadError
+from . import wire
+
+REQUIRED = object()
+"""Default marker for a parameter the user must give."""
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One compressor parameter: name, type, default and allowed range.
+
+    ``kind`` is ``int``, ``float`` or ``bool``. ``low``/``high`` bound the value (inclusive unless
+    ``low_open``); ``allow_inf`` additionally admits ``inf`` for an int parameter (e.g. ``block=inf``
+    = one block); ``choices`` restricts the value to a finite set. ``in_spec``: ``"always"`` lists
+    the parameter in the canonical spec, ``"nondefault"`` only when it differs from the default
+    (used for options such as ``fp64`` so that ordinary specs stay short).
+    """
+
+    name: str
+    kind: type
+    default: Any = REQUIRED
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    allow_inf: bool = False
+    choices: tuple | None = None
+    doc: str = ""
+    in_spec: str = "always"
+
+    # -- text ------------------------------------------------------------------------------------
+    def allowed(self) -> str:
+        """Human-readable allowed range, e.g. 'an integer >= 1 or inf'."""
+        if self.choices is not None:
+            return "one of " + ", ".join(format_value(c) for c in self.choices)
+        if self.kind is bool:
+            return "true or false"
+        noun = "integer" if self.kind is int else "number"
+        parts = []
+        if self.low is not None:
+            parts.append(f"{'>' if self.low_open else '>='} {format_value(self.low)}")
+        if self.high is not None:
+            parts.append(f"<= {format_value(self.high)}")
+        text = noun + (" " + " and ".join(parts) if parts else "")
+        if self.allow_inf:
+            text += " or inf"
+        return text
+
+    def describe(self) -> str:
+        default = "required" if self.default is REQUIRED else format_value(self.default)
+        doc = f"; {self.doc}" if self.doc else ""
+        return f"{self.name}={default} ({self.allowed()}{doc})"
+
+    # -- checking --------------------------------------------------------------------------------
+    def coerce(self, value: Any, who: str) -> Any:
+        """Return ``value`` converted to this parameter's type, or raise ConfigError."""
+        def bad(why: str):
+            return ConfigError(f"{who}: parameter {self.name}={value!r} {why}; "
+                               f"allowed: {self.allowed()}")
+
+        if isinstance(value, str):
+            value = parse_value(value)
+            if isinstance(value, str):
+                raise bad("is not a number or boolean")
+        if isinstance(value, np.generic):
+            value = value.item()
+        if self.kind is bool:
+            if not isinstance(value, bool):
+                raise bad("has the wrong type")
+            return value
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise bad("has the wrong type")
+        if isinstance(value, float) and math.isnan(value):
+            raise bad("is not a number")
+        if self.kind is int:
+            if isinstance(value, float) and math.isinf(value):
+                if not (self.allow_inf and value > 0):
+                    raise bad("is out of range")
+                value = math.inf
+            elif isinstance(value, float):
+                if not value.is_integer():
+                    raise bad("is not an integer")
+                value = int(value)
+            else:
+                value = int(value)
+        else:
+            value = float(value)
+            if math.isinf(value) and not self.allow_inf and (self.choices is None or value not in self.choices):
+                raise bad("is out of range")
+        if self.choices is not None:
+            for c in self.choices:
+                if value == c:
+                    return c
+            raise bad("is not allowed")
+        if not math.isinf(value):
+            if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+                raise bad("is out of range")
+            if self.high is not None and value > self.high:
+                raise bad("is out of range")
+        return value
+
+
+def format_value(v: Any) -> str:
+    """Canonical text of a parameter value: ints plain, floats by repr, inf, true/false."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        if v.is_integer() and abs(v) < 2**53:
+            return repr(v)
+        return repr(v)
+    return str(v)
+
+
+def parse_value(text: str) -> Any:
+    """Parse one parameter value: int, float (incl. ``inf``, ``1e3``), bool; else the stripped string."""
+    t = text.strip()
+    low = t.lower()
+    if low in _TRUE - {"1"}:
+        return True
+    if low in _FALSE - {"0"}:
+        return False
+    try:
+        return int(t, 10)
+    except ValueError:
+        pass
+    try:
+        return float(t)      # accepts inf, +inf, -inf, nan, 1e3, 0.5
+    except ValueError:
+        return t
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """Split ``"name:k=v,k=v"`` into the lower-cased name and a dict of parsed values."""
+    if not isinstance(spec, str):
+        raise ConfigError(f"compressor spec must be a string, got {type(spec).__name__}")
+    name, _, rest = spec.partition(":")
+    name = name.strip().lower()
+    params: dict[str, Any] = {}
+    if rest.strip():
+        for item in rest.split(","):
+            key, eq, val = item.partition("=")
+            key = key.strip()
+            if not eq or not key or not val.strip():
+                raise ConfigError(f"compressor spec {spec!r}: expected 'name:param=value,...', "
+                                  f"got item {item.strip()!r}")
+            if key in params:
+                raise ConfigError(f"compressor spec {spec!r}: parameter {key} given twice")
+            params[key] = parse_value(val)
+    return name, params
+
+
+class Compressor(ABC):
+    """Abstract compressor: parameters, payload bytes in and out, ω and model bits.
+
+    Class attributes a subclass sets: ``name``, ``description`` (one line), ``PARAMS``,
+    ``FORMAT_ID`` (wire format byte), ``unbiased``.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    PARAMS: ClassVar[tuple[Param, ...]] = ()
+    FORMAT_ID: ClassVar[int]
+    unbiased: ClassVar[bool] = True
+
+    def __init__(self, **params: Any) -> None:
+        schema = {p.name: p for p in self.PARAMS}
+        unknown = sorted(set(params) - set(schema))
+        if unknown:
+            known = ", ".join(schema) or "none"
+            raise ConfigError(f"{self.name}: unknown parameter {unknown[0]!r}; parameters: {known}")
+        values: dict[str, Any] = {}
+        for p in self.PARAMS:
+            if p.name in params:
+                values[p.name] = p.coerce(params[p.name], self.name)
+            elif p.default is REQUIRED:
+                raise ConfigError(f"{self.name}: parameter {p.name} is required ({p.allowed()}), "
+                                  f"e.g. '{self.name}:{p.name}=...'")
+            else:
+                values[p.name] = p.default
+        self._params = values
+        parts = [f"{p.name}={format_value(values[p.name])}" for p in self.PARAMS
+                 if p.in_spec == "always" or values[p.name] != p.default]
+        self._spec = self.name + (":" + ",".join(parts) if parts else "")
+        self._fingerprint = wire.fingerprint(self._spec)
+        self._init()
+
+    def _init(self) -> None:
+        """Hook: derive attributes from ``self._params`` (cross-parameter checks go here)."""
+
+    # -- identity --------------------------------------------------------------------------------
+    @property
+    def params(self) -> dict[str, Any]:
+        """Parameter values (a copy), defaults included."""
+        return dict(self._params)
+
+    @property
+    def spec(self) -> str:
+        """Canonical ``"name:k=v,..."``; ``make(c.spec)`` gives an equal compressor."""
+        return self._spec
+
+    @classmethod
+    def describe(cls) -> str:
+        """One line: name, description, parameters with defaults and ranges."""
+        params = ", ".join(p.describe() for p in cls.PARAMS)
+        return f"{cls.name}: {cls.description}" + (f" [{params}]" if params else "")
+
+    def __repr__(self) -> str:
+        return f"make({self._spec!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Compressor) and type(other) is type(self) and other._spec == self._spec
+
+    def __hash__(self) -> int:
+        return hash((type(self), self._spec))
+
+    # -- theory ----------------------------------------------------------------------------------
+    @abstractmethod
+    def omega(self, d: int) -> float | None:
+        """Variance parameter ω for dimension d: E‖C(x) − x‖² ≤ ω‖x‖² (None if biased)."""
+
+    @abstractmethod
+    def model_bits(self, payload, d: int) -> int:
+        """Paper-formula bit count of this message (see ``docs/compressors.md``)."""
+
+    # -- dimension checks ------------------------------------------------------------------------
+    def validate(self, d: int) -> None:
+        """Raise ConfigError if these parameters are impossible for dimension d."""
+        if isinstance(d, bool) or not isinstance(d, numbers.Integral):
+            raise ConfigError(f"{self.name}: dimension d must be an integer, got {d!r}")
+        if not 1 <= d <= wire.MAX_D:
+            raise ConfigError(f"{self.name}: dimension d={d} out of range; allowed: 1 <= d <= {wire.MAX_D}")
+        self._validate(int(d))
+
+    def _validate(self, d: int) -> None:
+        """Hook for d-dependent parameter checks."""
+
+    # -- compress --------------------------------------------------------------------------------
+    def compress(self, x, rng: np.random.Generator) -> np.ndarray:
+        """Compress 1-D float64/float32 ``x``; return the payload (uint8 array, the bytes sent).
+
+        Deterministic given ``rng``'s state: exactly one 64-bit seed is drawn from ``rng`` (also by
+        deterministic compressors, so that streams stay aligned) and seeds the kernel's PRNG
+        (:mod:`hpcgc.compressors.prng`). Raises ValueError for non-finite input.
+        """
+        x = self._as_input(x)
+        self.validate(x.shape[0])
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"{self.name}: rng must be a numpy.random.Generator, got {type(rng).__name__}")
+        seed = rng.integers(0, 2**64, dtype=np.uint64)
+        return self._compress(x, np.uint64(seed))
+
+    def _as_input(self, x) -> np.ndarray:
+        x = np.asarray(x)
+        if x.ndim != 1:
+            raise ValueError(f"{self.name}: x must be a 1-D array, got shape {x.shape}")
+        if x.dtype not in (np.float64, np.float32):
+            if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+                raise ValueError(f"{self.name}: x must be a real float array, got dtype {x.dtype}")
+            x = x.astype(np.float64)
+        return np.ascontiguousarray(x)
+
+    def _nonfinite_error(self, x: np.ndarray, what: str = "norm") -> ValueError:
+        """The ValueError for a non-finite scale: NaN/Inf in x, or an overflowing norm/value."""
+        if not np.all(np.isfinite(x)):
+            bad = int(np.flatnonzero(~np.isfinite(x))[0])
+            return ValueError(f"{self.name}: input contains a non-finite value (x[{bad}] = {x[bad]})")
+        hint = "" if self._params.get("fp64", True) else "; use fp64=true for float64 scales"
+        return ValueError(f"{self.name}: input too large: its {what} overflows the wire format{hint}")
+
+    @abstractmethod
+    def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
+        """Compress a contiguous 1-D float array whose length passed ``validate``."""
+
+    # -- decompress ------------------------------------------------------------------------------
+    def decompress(self, payload, d: int) -> np.ndarray:
+        """Decode ``payload`` into a new float64 array of length ``d`` (PayloadError if invalid)."""
+        payload = self._as_payload(payload, d)
+        return self._decompress(payload, int(d))
+
+    def decompress_add(self, payload, d: int, out: np.ndarray, weight: float = 1.0) -> None:
+        """``out += weight * decompress(payload, d)``, fused where the subclass supports it.
+
+        ``out`` must be a float64 array of length d; it is left untouched if the payload is invalid.
+        """
+        payload = self._as_payload(payload, d)
+        if not (isinstance(out, np.ndarray) and out.dtype == np.float64 and out.shape == (d,)):
+            raise ValueError(f"{self.name}: out must be a float64 array of shape ({d},), got "
+                             f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError(f"{self.name}: out must be a writeable contiguous array")
+        self._decompress_add(payload, int(d), out, float(weight))
+
+    def _as_payload(self, payload, d) -> np.ndarray:
+        if isinstance(d, bool) or not isinstance(d, numbers.Integral) or not 1 <= d <= wire.MAX_D:
+            raise PayloadError(f"{self.name}: requested dimension d={d!r} is invalid")
+        return wire.as_payload(payload)
+
+    @abstractmethod
+    def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
+        """Decode a uint8 payload into a new float64 array (check header/length first)."""
+
+    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
+        """Default: via a dense temporary. Subclasses override with a fused kernel."""
+        y = self._decompress(payload, d)
+        y *= weight
+        out += y
+
+    # -- helpers for subclasses ------------------------------------------------------------------
+    @property
+    def _fp64(self) -> bool:
+        return bool(self._params.get("fp64", False))
+
+    @property
+    def _flags(self) -> int:
+        return wire.FLAG_FP64 if self._fp64 else 0
+
+    @property
+    def _float_bits(self) -> int:
+        """F in the model-bit formulas: 32, or 64 with ``fp64=true``."""
+        return 64 if self._fp64 else 32
+
+    @property
+    def _scale_bytes(self) -> int:
+        return 8 if self._fp64 else 4
+
+    def _new_payload(self, body_bytes: int, d: int) -> np.ndarray:
+        return wire.new_payload(body_bytes, self.FORMAT_ID, self._flags, self._fingerprint, d)
+
+    def _check_payload(self, payload: np.ndarray, d: int, body_bytes: int) -> None:
+        wire.check_header(payload, self.name, self.FORMAT_ID, self._flags, self._fingerprint, d,
+                          wire.HEADER_BYTES + body_bytes)
+
+    def _scales_for_wire(self, norms: np.ndarray) -> np.ndarray:
+        """Scales as they will be sent (float32 rounded up, or float64), as float64 for the kernels."""
+        return norms if self._fp64 else wire.round_up_to_float32(norms)
+
+    def _write_scales(self, payload: np.ndarray, scales: np.ndarray) -> None:
+        n = scales.shape[0] * self._scale_bytes
+        dt = "<f8" if self._fp64 else "<f4"
+        payload[wire.HEADER_BYTES:wire.HEADER_BYTES + n] = np.frombuffer(
+            scales.astype(dt).tobytes(), dtype=np.uint8)
+
+
+FP64_PARAM = Param("fp64", bool, False, doc="send scales/values as float64 instead of float32",
+                   in_spec="nondefault")
+"""The common ``fp64`` option (float32 on the wire by default, as in the papers)."""

@@ -1,0 +1,72 @@
+"""``identity``: no compression, the uncompressed baseline (ω = 0).
+
+Wire format: header | d values, little-endian float32 (F = 32 bits per entry, as the papers count
+uncompressed communication), or float64 with ``fp64=true``. Model bits: F·d.
+With float32 values the decoded vector is x rounded to float32, so ``identity`` is exact only with
+``fp64=true``.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from . import wire
+from .base import FP64_PARAM, Compressor
+
+
+@njit(cache=True)
+def cast_copy_checked(x, out):
+    """out[i] = x[i] (casting to out's dtype); returns 0.0, or NaN if any cast value is non-finite."""
+    chk = 0.0
+    for i in range(x.shape[0]):
+        out[i] = x[i]
+        chk += out[i] * 0.0
+    return chk
+
+
+@njit(cache=True)
+def scaled_add(values, weight, out):
+    """out += weight * values (values float32 or float64)."""
+    for i in range(values.shape[0]):
+        out[i] += weight * values[i]
+
+
+class Identity(Compressor):
+    """The identity map: sends x itself (float32 by default). ω = 0; model bits F·d."""
+
+    name = "identity"
+    description = "no compression: send x as float32 (fp64=true: float64); omega = 0; bits F*d"
+    PARAMS = (FP64_PARAM,)
+    FORMAT_ID = 1
+    unbiased = True
+
+    def omega(self, d: int) -> float:
+        return 0.0
+
+    def _body_bytes(self, d: int) -> int:
+        return d * self._scale_bytes
+
+    def _dtype(self) -> str:
+        return "<f8" if self._fp64 else "<f4"
+
+    def model_bits(self, payload, d: int) -> int:
+        self._check_payload(self._as_payload(payload, d), d, self._body_bytes(d))
+        return self._float_bits * d
+
+    def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
+        d = x.shape[0]
+        payload = self._new_payload(self._body_bytes(d), d)
+        values = payload[wire.HEADER_BYTES:].view(self._dtype())
+        if cast_copy_checked(x, values) != 0.0:
+            raise self._nonfinite_error(x, "value range (float32)")
+        return payload
+
+    def _values(self, payload: np.ndarray, d: int) -> np.ndarray:
+        self._check_payload(payload, d, self._body_bytes(d))
+        return wire.read_array(payload, wire.HEADER_BYTES, d, self._dtype())
+
+    def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
+        return self._values(payload, d).astype(np.float64)
+
+    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
+        scaled_add(self._values(payload, d), weight, out)

@@ -1,0 +1,185 @@
+"""``quant``: DIANA's p-quantization Quant_p with blocks; ``terngrad``: the p = ∞ case.
+
+Mishchenko, Gorbunov, Takáč, Richtárik, *Distributed Learning with Compressed Gradient
+Differences*, arXiv 1901.09269 (2019). For each block Δ(l) (size ≤ b)
+
+    Quant_p(Δ(l)) = ‖Δ(l)‖_p · sign(Δ(l)) ∘ ξ(l),   ξ_j ~ Bernoulli(|Δ_j| / ‖Δ(l)‖_p) independent,
+
+so every entry becomes one of {−‖Δ(l)‖_p, 0, +‖Δ(l)‖_p}. Unbiased, with
+E‖Quant_p(Δ) − Δ‖² = ‖Δ‖₁‖Δ‖_p − ‖Δ‖₂² per block, hence ω = √b − 1 (p = 2, tight on a flat
+block) and ω = (√b − 1)/2 (p = ∞, tight on (1, 1/(√b+1), …)), b = min(block, d)
+(`spec/diana.md` B.4). ``‖Δ(l)‖_p`` is the norm as sent (float32 rounded up by default), so the
+probabilities never exceed 1 and the operator is exactly unbiased in exact arithmetic.
+
+TernGrad (Wen, Xu, Yan, Wu, Wang, Chen, Li, *TernGrad: Ternary Gradients to Reduce Communication in
+Distributed Deep Learning*, NeurIPS 2017) is Quant_∞ (Natural Compression paper §3.1: TernGrad =
+D^{∞,1}_sta); ``terngrad`` uses one block for the whole vector by default (its per-layer scalers
+correspond to ``block`` = layer size; its clipping and scaler sharing are not implemented).
+
+Wire format (after the 8-byte header): m block norms (float32, or float64 with ``fp64=true``),
+then d trits (0: zero, 1: +norm, 2: −norm) packed 5 per byte, ⌈d/5⌉ bytes.
+Model bits: F·m + ⌈d·log₂3⌉ (`spec/diana.md` B.9, packed ternary).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from ..errors import PayloadError
+from . import wire
+from .base import FP64_PARAM, Compressor, Param
+from .norms import block_norms_l2, block_norms_linf, n_blocks
+from .prng import next_uniform
+
+
+@njit(cache=True)
+def ternary_dither_pack(x, block, scales, seed, out, offset):
+    """ξ_j ~ Bernoulli(|x_j|/scale_l); trit = 0 if ξ_j = 0, 1 if x_j > 0, 2 if x_j < 0; packed
+    5 per byte into ``out[offset:]``."""
+    state = np.uint64(seed)
+    d = x.shape[0]
+    pos = offset
+    byte = 0
+    mul = 1
+    for l in range(scales.shape[0]):
+        start = l * block
+        stop = min(start + block, d)
+        sc = scales[l]
+        inv = 1.0 / sc if sc > 0.0 else 0.0
+        for i in range(start, stop):
+            v = np.float64(x[i])
+            state, u = next_uniform(state)
+            # trit = ξ·(1 + [v < 0]), ξ = [u < |v|/scale]: branch-free
+            byte += mul * np.int64(u < abs(v) * inv) * (1 + np.int64(v < 0.0))
+            mul *= 3
+            if mul == 243:
+                out[pos] = byte
+                pos += 1
+                byte = 0
+                mul = 1
+    if mul != 1:
+        out[pos] = byte
+
+
+@njit(cache=True)
+def ternary_unpack_decode(src, offset, d, block, scales, out, weight, accumulate):
+    """Decode d packed trits: value = {0, +scale_l, −scale_l}[trit].
+
+    ``accumulate``: out += weight·value, else out = value (weight ignored). Bytes must be < 243.
+    """
+    pos = offset
+    byte = np.int64(src[pos])
+    k = 0
+    for l in range(scales.shape[0]):
+        start = l * block
+        stop = min(start + block, d)
+        u = scales[l] * weight if accumulate else scales[l]
+        for i in range(start, stop):
+            if k == 5:
+                pos += 1
+                byte = np.int64(src[pos])
+                k = 0
+            t = byte % 3
+            byte //= 3
+            k += 1
+            val = u * ((t & 1) - (t >> 1))      # trit 0, 1, 2 -> 0, +u, −u
+            if accumulate:
+                out[i] += val
+            else:
+                out[i] = val
+
+
+class Quant(Compressor):
+    """DIANA's block p-quantization Quant_p, p ∈ {2, ∞} (Mishchenko et al. 2019): ternary
+    {−‖Δ(l)‖_p, 0, +‖Δ(l)‖_p} per block; ω = √b − 1 (p = 2) or (√b − 1)/2 (p = ∞)."""
+
+    name = "quant"
+    description = ("DIANA block p-quantization Quant_p, ternary per block (Mishchenko et al. 2019); "
+                   "omega = sqrt(b)-1 (p=2), (sqrt(b)-1)/2 (p=inf), b = min(block, d); "
+                   "bits F*m + ceil(d*log2(3))")
+    PARAMS = (
+        Param("p", float, 2, choices=(2, math.inf), doc="norm: 2 or inf"),
+        Param("block", int, math.inf, low=1, allow_inf=True, doc="block size, inf = whole vector"),
+        FP64_PARAM,
+    )
+    FORMAT_ID = 3
+    unbiased = True
+
+    def _init(self) -> None:
+        self.p = self._params.get("p", math.inf)
+
+    def block_size(self, d: int) -> int:
+        """Effective block size b = min(block, d)."""
+        b = self._params["block"]
+        return d if b >= d else int(b)
+
+    def omega(self, d: int) -> float:
+        root = math.sqrt(self.block_size(d))
+        return root - 1.0 if self.p == 2 else (root - 1.0) / 2.0
+
+    def _body_bytes(self, d: int) -> tuple[int, int]:
+        m = n_blocks(d, self.block_size(d))
+        return m, m * self._scale_bytes + wire.trit_bytes(d)
+
+    def model_bits(self, payload, d: int) -> int:
+        m, body = self._body_bytes(d)
+        self._check_payload(self._as_payload(payload, d), d, body)
+        return self._float_bits * m + wire.ternary_bits(d)
+
+    def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
+        d = x.shape[0]
+        b = self.block_size(d)
+        m, body = self._body_bytes(d)
+        norms = np.empty(m)
+        (block_norms_l2 if self.p == 2 else block_norms_linf)(x, b, norms)
+        if not np.isfinite(norms).all():
+            raise self._nonfinite_error(x)
+        scales = self._scales_for_wire(norms)
+        if not np.isfinite(scales).all():
+            raise self._nonfinite_error(x, "block norm (float32)")
+        payload = self._new_payload(body, d)
+        self._write_scales(payload, scales)
+        ternary_dither_pack(x, b, scales, seed, payload, wire.HEADER_BYTES + m * self._scale_bytes)
+        return payload
+
+    def _scales(self, payload: np.ndarray, d: int) -> tuple[np.ndarray, int, int]:
+        """Check the payload; return block scales, block size and trit offset."""
+        m, body = self._body_bytes(d)
+        self._check_payload(payload, d, body)
+        scales = wire.read_scales(payload, wire.HEADER_BYTES, m, self._fp64)
+        if not np.isfinite(scales).all() or (scales < 0).any():
+            raise PayloadError(f"{self.name}: corrupted payload: invalid block norm")
+        offset = wire.HEADER_BYTES + m * self._scale_bytes
+        nbytes = wire.trit_bytes(d)
+        if wire.count_bad_trit_bytes(payload, offset, nbytes):
+            raise PayloadError(f"{self.name}: corrupted payload: byte value >= 243 in the trit stream")
+        tail = d % wire.TRITS_PER_BYTE
+        if tail and payload[offset + nbytes - 1] >= 3**tail:
+            raise PayloadError(f"{self.name}: corrupted payload: nonzero padding trits after entry {d}")
+        return scales, self.block_size(d), offset
+
+    def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
+        scales, b, offset = self._scales(payload, d)
+        out = np.empty(d)
+        ternary_unpack_decode(payload, offset, d, b, scales, out, 1.0, False)
+        return out
+
+    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
+        scales, b, offset = self._scales(payload, d)
+        ternary_unpack_decode(payload, offset, d, b, scales, out, weight, True)
+
+
+class TernGrad(Quant):
+    """TernGrad (Wen et al. 2017) = Quant_∞: one block (the whole vector) by default;
+    ω = (√b − 1)/2."""
+
+    name = "terngrad"
+    description = ("TernGrad ternary quantization = Quant_inf (Wen et al. 2017), one block by default; "
+                   "omega = (sqrt(b)-1)/2, b = min(block, d); bits F*m + ceil(d*log2(3))")
+    PARAMS = (
+        Param("block", int, math.inf, low=1, allow_inf=True,
+              doc="block size (e.g. layer size), inf = whole vector"),
+        FP64_PARAM,
+    )

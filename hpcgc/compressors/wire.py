@@ -1,0 +1,259 @@
+"""Wire encoding shared by all compressors: the common header and the numba bit-packing kernels.
+
+Every payload is a 1-D ``uint8`` array, exactly the bytes handed to MPI. It starts with an
+8-byte little-endian header::
+
+    offset  size  field
+    0       1     format id      (one per wire format: identity 1, qsgd 2, quant/terngrad 3, randk 4)
+    1       1     flags          bit 0: scales/values are float64 (``fp64=true``); bits 1-7 zero
+    2       2     fingerprint    uint16: low 16 bits of CRC-32 of the compressor's canonical spec
+    4       4     d              uint32: dimension of the encoded vector
+
+followed by the compressor's body (documented in each compressor module and in
+``docs/compressors.md``). The fingerprint lets ``decompress`` detect a payload made by the same
+compressor with different parameters (e.g. ``qsgd:s=4`` decoded as ``qsgd:s=8``) without spending
+header bytes on every parameter.
+
+Bit streams are LSB-first: field ``i`` of width ``w`` occupies stream bits ``[i*w, (i+1)*w)``,
+stream bit ``b`` being bit ``b % 8`` of byte ``b // 8``. Ternary streams pack 5 trits per byte
+(``t0 + 3 t1 + 9 t2 + 27 t3 + 81 t4``, 3^5 = 243 ≤ 256): 1.6 bits per entry against the
+log₂3 ≈ 1.585 entropy bound.
+
+The kernels are plain loops over contiguous arrays writing into caller-provided outputs; callers
+check every length before calling them, so a kernel never reads or writes out of bounds.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import zlib
+from functools import lru_cache
+
+import numpy as np
+from numba import njit
+
+from ..errors import PayloadError
+
+if sys.byteorder != "little":  # pragma: no cover - every current HPC platform is little-endian
+    raise ImportError("hpcgc.compressors assumes a little-endian host (wire format is little-endian)")
+
+HEADER_BYTES = 8
+MAX_D = 2**32 - 1          # d is stored as uint32
+FLAG_FP64 = 0x01
+TRITS_PER_BYTE = 5
+CHUNK = 5120
+"""Entries per chunk in the dithering kernels: a multiple of 5 and of 8, so every chunk starts on
+a byte boundary of the trit stream and of any fixed-width bit stream."""
+
+_HEADER_DTYPE = np.dtype([("fmt", "u1"), ("flags", "u1"), ("fp", "<u2"), ("d", "<u4")])
+
+
+def fingerprint(spec: str) -> int:
+    """16-bit fingerprint of a canonical compressor spec, stored in the header."""
+    return zlib.crc32(spec.encode("utf-8")) & 0xFFFF
+
+
+def new_payload(nbytes_body: int, fmt: int, flags: int, fp: int, d: int) -> np.ndarray:
+    """Allocate header + body (body uninitialised) and write the header."""
+    buf = np.empty(HEADER_BYTES + nbytes_body, dtype=np.uint8)
+    hdr = buf[:HEADER_BYTES].view(_HEADER_DTYPE)[0]
+    hdr["fmt"], hdr["flags"], hdr["fp"], hdr["d"] = fmt, flags, fp, d
+    return buf
+
+
+def as_payload(payload) -> np.ndarray:
+    """View ``payload`` (uint8 array, bytes, bytearray, memoryview) as a contiguous 1-D uint8 array."""
+    if isinstance(payload, np.ndarray):
+        if payload.dtype != np.uint8 or payload.ndim != 1:
+            raise PayloadError(f"payload must be a 1-D uint8 array, got dtype {payload.dtype} "
+                               f"with shape {payload.shape}")
+        return np.ascontiguousarray(payload)
+    try:
+        return np.frombuffer(payload, dtype=np.uint8)
+    except TypeError:
+        raise PayloadError(f"payload must be a uint8 array or a bytes-like object, "
+                           f"got {type(payload).__name__}") from None
+
+
+def check_header(payload: np.ndarray, who: str, fmt: int, flags: int, fp: int, d: int,
+                 expected_len: int) -> None:
+    """Raise PayloadError unless ``payload`` has this header and exactly ``expected_len`` bytes."""
+    n = payload.size
+    if n < HEADER_BYTES:
+        raise PayloadError(f"{who}: payload truncated: {n} bytes, shorter than the "
+                           f"{HEADER_BYTES}-byte header")
+    p_fmt, p_flags = int(payload[0]), int(payload[1])
+    p_fp = int(payload[2]) | (int(payload[3]) << 8)
+    p_d = int(payload[4]) | (int(payload[5]) << 8) | (int(payload[6]) << 16) | (int(payload[7]) << 24)
+    if p_fmt != fmt:
+        raise PayloadError(f"{who}: corrupted or foreign payload: format id {p_fmt}, expected {fmt}")
+    if p_flags != flags:
+        raise PayloadError(f"{who}: corrupted header or parameter mismatch: flags {p_flags:#04x}, "
+                           f"expected {flags:#04x}")
+    if p_fp != fp:
+        raise PayloadError(f"{who}: payload was produced with different parameters or its header "
+                           f"is corrupted (fingerprint {p_fp:#06x}, expected {fp:#06x})")
+    if p_d != d:
+        raise PayloadError(f"{who}: payload encodes dimension d={p_d}, but d={d} was requested")
+    if n != expected_len:
+        what = "truncated" if n < expected_len else "has trailing bytes"
+        raise PayloadError(f"{who}: payload {what}: {n} bytes, expected {expected_len} for d={d}")
+
+
+def read_scales(payload: np.ndarray, offset: int, count: int, fp64: bool) -> np.ndarray:
+    """Little-endian float32/float64 scales at ``offset`` as a new float64 array (any alignment)."""
+    dt = "<f8" if fp64 else "<f4"
+    return np.frombuffer(payload, dtype=dt, count=count, offset=offset).astype(np.float64)
+
+
+def read_array(payload: np.ndarray, offset: int, count: int, dtype: str) -> np.ndarray:
+    """Little-endian array of ``count`` items at ``offset``: a zero-copy view when the address is
+    aligned (always for payloads this package allocates), else an aligned copy. Read-only."""
+    a = np.frombuffer(payload, dtype=dtype, count=count, offset=offset)
+    return a if a.flags.aligned else a.copy()
+
+
+def round_up_to_float32(v: np.ndarray) -> np.ndarray:
+    """Smallest float32 values ≥ ``v`` (float64 array), returned as float64.
+
+    Dithering uses the scale *as sent*: rounding the norm up keeps every probability |x|/scale ≤ 1
+    and keeps the compressor exactly unbiased in exact arithmetic.
+    """
+    with np.errstate(over="ignore"):
+        f = v.astype(np.float32)
+    low = f.astype(np.float64) < v
+    if low.any():
+        f[low] = np.nextafter(f[low], np.float32(np.inf))
+    return f.astype(np.float64)
+
+
+def bits_for(n_values: int) -> int:
+    """⌈log₂ n⌉: bits needed for an integer in [0, n) (0 for n = 1)."""
+    return (int(n_values) - 1).bit_length()
+
+
+@lru_cache(maxsize=256)
+def ternary_bits(d: int) -> int:
+    """⌈d·log₂3⌉, exactly (integer arithmetic when the float value is close to an integer)."""
+    f = d * math.log2(3.0)
+    n = math.ceil(f)
+    if abs(f - round(f)) < 1e-6 * max(1.0, f) + 1e-9:
+        n = (3**d - 1).bit_length()   # smallest n with 2^n ≥ 3^d
+    return n
+
+
+def packed_bytes(n_fields: int, width: int) -> int:
+    return (n_fields * width + 7) // 8
+
+
+def trit_bytes(n: int) -> int:
+    return (n + TRITS_PER_BYTE - 1) // TRITS_PER_BYTE
+
+
+# ------------------------------------------------------------------------------------------------
+# numba kernels
+# ------------------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def pack_fixed_width(values, width, out, offset):
+    """Write ``values[i]`` (non-negative, < 2**width, width ≤ 32) LSB-first into ``out[offset:]``.
+
+    Writes exactly ``ceil(len(values)*width/8)`` bytes (unused high bits of the last byte are 0).
+    """
+    acc = np.int64(0)
+    nacc = 0
+    pos = offset
+    for i in range(values.shape[0]):
+        acc |= np.int64(values[i]) << nacc
+        nacc += width
+        while nacc >= 8:
+            out[pos] = acc & 0xFF
+            acc >>= 8
+            nacc -= 8
+            pos += 1
+    if nacc > 0:
+        out[pos] = acc & 0xFF
+
+
+@njit(cache=True)
+def unpack_fixed_width(src, offset, width, values):
+    """Inverse of :func:`pack_fixed_width`: fill ``values`` from ``src[offset:]``.
+
+    Reads exactly ``ceil(len(values)*width/8)`` bytes.
+    """
+    mask = (np.int64(1) << width) - 1
+    acc = np.int64(0)
+    nacc = 0
+    pos = offset
+    for i in range(values.shape[0]):
+        while nacc < width:
+            acc |= np.int64(src[pos]) << nacc
+            pos += 1
+            nacc += 8
+        values[i] = acc & mask
+        acc >>= width
+        nacc -= width
+
+
+@njit(cache=True)
+def pack_trits(trits, out, offset):
+    """Pack ``trits`` (values 0, 1, 2) 5 per byte into ``out[offset:]``; ceil(n/5) bytes."""
+    n = trits.shape[0]
+    pos = offset
+    for start in range(0, n, 5):
+        stop = min(start + 5, n)
+        b = 0
+        mul = 1
+        for j in range(start, stop):
+            b += mul * trits[j]
+            mul *= 3
+        out[pos] = b
+        pos += 1
+
+
+@njit(cache=True)
+def unpack_trits(src, offset, trits):
+    """Inverse of :func:`pack_trits`. Returns the number of bytes ≥ 243 (corrupted), 0 if valid."""
+    n = trits.shape[0]
+    pos = offset
+    bad = 0
+    for start in range(0, n, 5):
+        b = np.int64(src[pos])
+        if b >= 243:
+            bad += 1
+        pos += 1
+        stop = min(start + 5, n)
+        for j in range(start, stop):
+            trits[j] = b % 3
+            b //= 3
+    return bad
+
+
+@njit(cache=True)
+def count_bad_trit_bytes(src, offset, nbytes):
+    """Number of bytes in ``src[offset:offset+nbytes]`` that are not valid 5-trit groups (≥ 243)."""
+    bad = 0
+    for i in range(offset, offset + nbytes):
+        if src[i] >= 243:
+            bad += 1
+    return bad
+
+
+@njit(cache=True)
+def count_fields_above(src, offset, n, width, limit):
+    """Number of the ``n`` packed ``width``-bit fields at ``src[offset:]`` whose value > ``limit``."""
+    mask = (np.int64(1) << width) - 1
+    acc = np.int64(0)
+    nacc = 0
+    pos = offset
+    bad = 0
+    for i in range(n):
+        while nacc < width:
+            acc |= np.int64(src[pos]) << nacc
+            pos += 1
+            nacc += 8
+        if (acc & mask) > limit:
+            bad += 1
+        acc >>= width
+        nacc -= width
+    return bad

@@ -1,0 +1,269 @@
+"""Experiment files: TOML schema, ``--set`` overrides, sweep expansion.
+
+An experiment file describes a grid of runs (`DESIGN.md`, "Experiment file"). Every key has a type
+and a default; an unknown key or a wrongly typed value is a :class:`ConfigError` naming it. Lists
+in ``[sweep]`` expand to their Cartesian product, in the order the keys are written; a sweep key is
+either a bare key name that exists in exactly one section (``algorithm``) or ``section.key``.
+A key given with ``--set`` wins over the same key in ``[sweep]``.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from .errors import ConfigError
+
+_NUM = (int, float)
+
+
+class Key:
+    def __init__(self, types, default, help, choices=None, check=None):
+        self.types = types if isinstance(types, tuple) else (types,)
+        self.default = default
+        self.help = help
+        self.choices = choices
+        self.check = check  # (predicate, description)
+
+
+def _positive(v):
+    return v > 0
+
+
+def _nonneg(v):
+    return v >= 0
+
+
+SCHEMA: dict[str, dict[str, Key]] = {
+    "": {
+        "name": Key(str, "default", "experiment name (results file is <name>-<timestamp>.h5)"),
+    },
+    "data": {
+        "dataset": Key(str, "breast-cancer", "built-in name, 'libsvm:<path>' or 'synthetic:<kind>,opt=val,...'"),
+        "partition": Key(str, "label-sorted", "iid | label-sorted | norm-sorted | dirichlet:<alpha> | skew:<s>"),
+        "sizes": Key(list, [], "per-worker sample counts or fractions (empty = equal)"),
+        "partition_seed": Key(int, 0, "seed of randomized partitions (iid, dirichlet)"),
+    },
+    "problem": {
+        "kind": Key(str, "logreg", "logreg | ridge"),
+        "l2": Key(_NUM, 1e-2, "weight λ of (λ/2)‖x‖² (strong convexity μ = λ)", check=(_nonneg, ">= 0")),
+        "l1": Key(_NUM, 0.0, "weight of l1‖x‖₁, applied by prox on the server", check=(_nonneg, ">= 0")),
+    },
+    "run": {
+        "algorithm": Key(str, "diana", "dcgd | diana (see `python -m hpcgc.bench list`)"),
+        "compressor": Key(str, "quant:p=inf,block=8", "name:param=value,... (see `list`)"),
+        "allocation": Key(str, "uniform", "per-worker compression ratios: uniform"),
+        "budget": Key(_NUM, 0.0, "mean kept fraction for allocations (0 = compressor's own k)", check=(_nonneg, ">= 0")),
+        "iterations": Key(int, 1000, "number of iterations (communication rounds)", check=(_positive, "> 0")),
+        "step_multiplier": Key(_NUM, 1.0, "γ = step_multiplier × theoretical step size", check=(_positive, "> 0")),
+        "alpha": Key((str, *_NUM), "theory", "DIANA shift step α ('theory' = 1/(1+ω))"),
+        "momentum": Key(_NUM, 0.0, "heavy-ball momentum β in [0, 1)"),
+        "batch": Key(int, 0, "mini-batch size per worker (0 = full local gradient)", check=(_nonneg, ">= 0")),
+        "seed": Key(int, 0, "random seed (rank r uses SeedSequence(seed).spawn(world_size)[r])"),
+        "eval_every": Key(int, 10, "evaluate and record every this many iterations", check=(_positive, "> 0")),
+        "tolerance": Key(_NUM, 0.0, "stop when f − f* <= tolerance (0 = never)", check=(_nonneg, ">= 0")),
+        "max_bits": Key(_NUM, 0.0, "stop when a worker has sent this many model bits (0 = no limit)", check=(_nonneg, ">= 0")),
+        "max_seconds": Key(_NUM, 0.0, "stop a run after this many seconds of wall time (0 = no limit)", check=(_nonneg, ">= 0")),
+        "server": Key(str, "worker", "'worker': rank 0 is server and worker; 'dedicated': rank 0 holds no data",
+                      choices=("worker", "dedicated")),
+        "divergence_factor": Key(_NUM, 1e6, "mark diverged when f − f* exceeds this × (f(x⁰) − f*)", check=(_positive, "> 0")),
+        "per_iteration_times": Key(bool, True, "store every iteration's per-rank phase times (per_iteration/)"),
+    },
+}
+
+DEFAULT_SWEEP = {  # keys always in their resolved "section.key" form
+    "run.algorithm": ["dcgd", "diana"],
+    "run.compressor": ["qsgd:s=2", "quant:p=inf,block=8", "randk:k=6"],
+}
+
+
+def defaults() -> dict:
+    cfg = {}
+    for sec, keys in SCHEMA.items():
+        target = cfg if sec == "" else cfg.setdefault(sec, {})
+        for k, spec in keys.items():
+            target[k] = copy.deepcopy(spec.default)
+    cfg["sweep"] = {}
+    return cfg
+
+
+def default_experiment() -> dict:
+    """The built-in default experiment: DCGD vs DIANA × three compressors on breast cancer."""
+    cfg = defaults()
+    cfg["name"] = "default"
+    cfg["run"].update(iterations=1000, eval_every=10, tolerance=1e-12)
+    cfg["sweep"] = copy.deepcopy(DEFAULT_SWEEP)
+    return cfg
+
+
+def _check_value(section: str, key: str, value):
+    spec = SCHEMA[section][key]
+    where = f"{section}.{key}" if section else key
+    if isinstance(value, bool) and bool not in spec.types:
+        raise ConfigError(f"{where}: expected {_typename(spec)}, got a boolean ({value!r})")
+    if not isinstance(value, spec.types):
+        raise ConfigError(f"{where}: expected {_typename(spec)}, got {type(value).__name__} {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: must be finite, got {value!r}")
+    if spec.choices and value not in spec.choices:
+        raise ConfigError(f"{where}: must be one of {', '.join(spec.choices)}; got {value!r}")
+    if spec.check and isinstance(value, _NUM) and not isinstance(value, bool) and not spec.check[0](value):
+        raise ConfigError(f"{where}: must be {spec.check[1]}, got {value!r}")
+
+
+def _typename(spec: Key) -> str:
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true/false", list: "a list"}
+    return " or ".join(dict.fromkeys(names[t] for t in spec.types))
+
+
+def _locate(key: str) -> tuple[str, str]:
+    """'section.key' or a bare key that exists in exactly one section → (section, key)."""
+    if "." in key:
+        sec, k = key.split(".", 1)
+        if sec in SCHEMA and sec != "" and k in SCHEMA[sec]:
+            return sec, k
+        raise ConfigError(f"unknown key {key!r}; valid keys: {', '.join(all_keys())}")
+    hits = [sec for sec, keys in SCHEMA.items() if key in keys]
+    if len(hits) == 1:
+        return hits[0], key
+    raise ConfigError(f"unknown key {key!r}; valid keys: {', '.join(all_keys())}")
+
+
+def all_keys() -> list[str]:
+    return [f"{s}.{k}" if s else k for s, keys in SCHEMA.items() for k in keys]
+
+
+def merge(cfg: dict, user: dict, source: str) -> dict:
+    """Merge a parsed TOML document into cfg, validating every key and type."""
+    for top, val in user.items():
+        if top == "sweep":
+            if not isinstance(val, dict):
+                raise ConfigError(f"{source}: [sweep] must be a table")
+            for sk, sv in _flatten(val):
+                sec, k = _locate(sk)
+                if not isinstance(sv, list) or not sv:
+                    raise ConfigError(f"{source}: sweep.{sk} must be a non-empty list, got {sv!r}")
+                for item in sv:
+                    _check_value(sec, k, item)
+                cfg["sweep"][f"{sec}.{k}" if sec else k] = sv
+        elif top in SCHEMA[""]:
+            _check_value("", top, val)
+            cfg[top] = val
+        elif top in SCHEMA and isinstance(val, dict):
+            for k, v in val.items():
+                if k not in SCHEMA[top]:
+                    raise ConfigError(f"{source}: unknown key {top}.{k}; valid keys in [{top}]: "
+                                      f"{', '.join(SCHEMA[top])}")
+                _check_value(top, k, v)
+                cfg[top][k] = v
+        else:
+            raise ConfigError(f"{source}: unknown key or section {top!r}; sections: "
+                              f"{', '.join(s for s in SCHEMA if s)}, sweep")
+    return cfg
+
+
+def _flatten(table: dict, prefix=""):
+    for k, v in table.items():
+        if isinstance(v, dict):
+            yield from _flatten(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def load_file(path: str) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    return merge(defaults(), doc, path)
+
+
+def parse_value(text: str):
+    """A --set value: a TOML literal if it parses as one (numbers, booleans, lists), else a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(cfg: dict, overrides: list[str]) -> dict:
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set expects section.key=value, got {item!r}")
+        key, text = item.split("=", 1)
+        key = key.strip()
+        value = parse_value(text.strip())
+        if key.startswith("sweep."):
+            merge(cfg, {"sweep": {key[len("sweep."):]: value}}, "--set")
+            continue
+        sec, k = _locate(key)
+        if sec == "":
+            merge(cfg, {k: value}, "--set")
+        else:
+            merge(cfg, {sec: {k: value}}, "--set")
+        cfg["sweep"].pop(f"{sec}.{k}" if sec else k, None)
+    return cfg
+
+
+def expand(cfg: dict) -> list[dict]:
+    """The grid: one fully resolved config (without [sweep]) per run."""
+    keys = list(cfg["sweep"])
+    grids = [cfg["sweep"][k] for k in keys]
+    runs = []
+    for combo in itertools.product(*grids) if keys else [()]:
+        run = copy.deepcopy({k: v for k, v in cfg.items() if k != "sweep"})
+        for key, value in zip(keys, combo):
+            sec, k = _locate(key)
+            if sec == "":
+                run[k] = value
+            else:
+                run[sec][k] = value
+        runs.append(run)
+    return runs
+
+
+def to_toml(cfg: dict) -> str:
+    """Serialize a (resolved) config; the output parses back to the same dict."""
+    lines = []
+    for k, v in cfg.items():
+        if not isinstance(v, dict):
+            lines.append(f"{k} = {_lit(v)}")
+    for sec, table in cfg.items():
+        if isinstance(table, dict) and table:
+            lines.append(f"\n[{sec}]")
+            for k, v in table.items():
+                key = k if k.replace("_", "").isalnum() else json.dumps(k)
+                lines.append(f"{key} = {_lit(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def _lit(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_lit(x) for x in v) + "]"
+    raise TypeError(f"cannot write {v!r} to TOML")
+
+
+def schema_help() -> str:
+    out = []
+    for sec, keys in SCHEMA.items():
+        for k, spec in keys.items():
+            name = f"{sec}.{k}" if sec else k
+            out.append(f"  {name:26s} {spec.help} (default: {_lit(spec.default)})")
+    return "\n".join(out)

@@ -1,0 +1,218 @@
+"""Objectives, gradients, smoothness constants and the reference optimum.
+
+The distributed problem is the one of the DIANA paper (Mishchenko et al., 2019, arXiv 1901.09269)
+and the smoothness-aware papers (Safaryan, Hanzely, Richtárik 2021; Wang, Safaryan, Richtárik 2022):
+
+    min_x  F(x) = f(x) + l1·‖x‖₁,     f(x) = (1/n) Σ_i f_i(x),
+    f_i(x) = (1/m_i) Σ_{j ∈ shard i} ℓ(a_jᵀx, y_j) + (l2/2)·‖x‖²,
+
+with ℓ the logistic loss log(1 + exp(−y·t)) (labels ±1) or the squared loss ½(t − y)².
+Every objective, local or global, is a weighted sum over rows: the local f_i weighs its rows by
+1/m_i, the global f by 1/(n·m_i), so one class serves both and f* is the optimum of exactly the
+function the workers minimise (also when shards have different sizes).
+
+Smoothness (λ/2 convention, `spec/smoothness.md` §2.3): logistic L_i = λ_max(A_iᵀA_i)/(4m_i) + l2,
+ridge L_i = λ_max(A_iᵀA_i)/m_i + l2; strong convexity μ = l2.
+
+The ℓ1 term is never differentiated: algorithms apply it through its prox (soft-thresholding) and
+the reference optimum treats it by the standard split x = u − v, u, v ≥ 0 (L-BFGS-B), which is
+independent of the algorithms' prox code.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.optimize
+import scipy.sparse as sp
+import scipy.sparse.linalg
+from scipy.special import expit
+
+from .errors import ConfigError
+
+KINDS = ("logreg", "ridge")
+DENSE_EIG_MAX_DIM = 2000
+
+
+def _as_matrix(A):
+    return A.tocsr() if sp.issparse(A) else np.ascontiguousarray(A, dtype=np.float64)
+
+
+class Objective:
+    """Σ_j w_j ℓ(a_jᵀx, y_j) + (l2/2)‖x‖²  (the smooth part; l1 is kept for prox and reporting)."""
+
+    def __init__(self, kind: str, A, y, weights, l2: float, l1: float = 0.0):
+        if kind not in KINDS:
+            raise ConfigError(f"unknown problem kind {kind!r}; available: {', '.join(KINDS)}")
+        if not (l2 >= 0.0 and np.isfinite(l2)):
+            raise ConfigError(f"problem.l2 must be a finite number >= 0, got {l2!r}")
+        if not (l1 >= 0.0 and np.isfinite(l1)):
+            raise ConfigError(f"problem.l1 must be a finite number >= 0, got {l1!r}")
+        self.kind = kind
+        self.A = _as_matrix(A)
+        self.y = np.ascontiguousarray(y, dtype=np.float64)
+        self.w = np.ascontiguousarray(weights, dtype=np.float64)
+        self.l2 = float(l2)
+        self.l1 = float(l1)
+        self.d = self.A.shape[1]
+
+    # -- values and derivatives --------------------------------------------------------------
+    def loss(self, x) -> float:
+        """Smooth part f(x) (data term + l2 term)."""
+        t = self.A @ x
+        if self.kind == "logreg":
+            data = np.dot(self.w, np.logaddexp(0.0, -self.y * t))
+        else:
+            r = t - self.y
+            data = 0.5 * np.dot(self.w, r * r)
+        return float(data + 0.5 * self.l2 * np.dot(x, x))
+
+    def full_loss(self, x) -> float:
+        """F(x) = f(x) + l1‖x‖₁, the objective whose optimum is f*."""
+        return self.loss(x) + self.l1 * float(np.abs(x).sum())
+
+    def _dloss(self, t, y, w):
+        if self.kind == "logreg":
+            return -w * y * expit(-y * t)
+        return w * (t - y)
+
+    def grad(self, x, rows=None):
+        """∇f(x); with `rows`, the unbiased mini-batch estimate using those rows only."""
+        if rows is None:
+            g = self.A.T @ self._dloss(self.A @ x, self.y, self.w)
+        else:
+            A = self.A[rows]
+            # rescale so that E[grad over a uniform batch] = full gradient
+            w = self.w[rows] * (self.w.shape[0] / len(rows))
+            g = A.T @ self._dloss(A @ x, self.y[rows], w)
+        return np.asarray(g, dtype=np.float64).ravel() + self.l2 * x
+
+    def hessp(self, x, v):
+        t = self.A @ x
+        if self.kind == "logreg":
+            s = expit(t)
+            c = self.w * s * (1.0 - s)
+        else:
+            c = self.w
+        return np.asarray(self.A.T @ (c * (self.A @ v))).ravel() + self.l2 * v
+
+    # -- constants ----------------------------------------------------------------------------
+    def smoothness(self) -> float:
+        """Scalar smoothness constant L = λ_max(Aᵀ W A)·c + l2 (c = 1/4 logistic, 1 ridge)."""
+        c = 0.25 if self.kind == "logreg" else 1.0
+        return c * weighted_gram_lambda_max(self.A, self.w) + self.l2
+
+    @property
+    def mu(self) -> float:
+        return self.l2
+
+
+def weighted_gram_lambda_max(A, w) -> float:
+    """λ_max(Aᵀ diag(w) A) for w ≥ 0, dense eigvalsh for small d, Lanczos otherwise."""
+    sw = np.sqrt(w)
+    B = (sp.diags(sw) @ A) if sp.issparse(A) else A * sw[:, None]
+    d = A.shape[1]
+    if d <= DENSE_EIG_MAX_DIM:
+        G = (B.T @ B)
+        G = G.toarray() if sp.issparse(G) else G
+        return float(np.linalg.eigvalsh(G)[-1])
+    op = scipy.sparse.linalg.LinearOperator((d, d), matvec=lambda v: B.T @ (B @ v), dtype=np.float64)
+    return float(scipy.sparse.linalg.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=1e-10)[0])
+
+
+@dataclass
+class Optimum:
+    x: np.ndarray
+    f: float
+    grad_norm: float
+    method: str
+
+
+def solve_reference(obj: Objective, tol: float = 1e-13) -> Optimum:
+    """x*, f* = argmin F computed with scipy, independently of hpcgc's algorithms.
+
+    Smooth case: Newton-CG with exact Hessian-vector products (quadratic convergence) followed by
+    a check on ‖∇f(x*)‖. With an ℓ1 term: L-BFGS-B on the split x = u − v, u, v ≥ 0.
+    """
+    d = obj.d
+    x0 = np.zeros(d)
+    if obj.l1 == 0.0:
+        if obj.kind == "ridge":
+            # normal equations, solved exactly: (AᵀWA + l2 I) x = AᵀWy
+            H = scipy.sparse.linalg.LinearOperator((d, d), matvec=lambda v: obj.hessp(x0, v), dtype=np.float64)
+            rhs = np.asarray(obj.A.T @ (obj.w * obj.y)).ravel()
+            x, info = scipy.sparse.linalg.cg(H, rhs, rtol=1e-15, atol=0.0, maxiter=50 * d + 1000)
+            method = "ridge normal equations (scipy CG)"
+        else:
+            res = scipy.optimize.minimize(obj.loss, x0, jac=obj.grad, hessp=obj.hessp, method="Newton-CG",
+                                          options={"xtol": 1e-16, "maxiter": 1000})
+            x = res.x
+            method = "scipy Newton-CG"
+        # polish: a few exact Newton steps with tight CG (cheap, d is moderate)
+        for _ in range(5):
+            g = obj.grad(x)
+            if np.linalg.norm(g) <= tol * max(1.0, np.linalg.norm(x)):
+                break
+            H = scipy.sparse.linalg.LinearOperator((d, d), matvec=lambda v, x=x: obj.hessp(x, v), dtype=np.float64)
+            step, _ = scipy.sparse.linalg.cg(H, g, rtol=1e-14, atol=0.0, maxiter=10 * d + 100)
+            x = x - step
+        g = obj.grad(x)
+        return Optimum(x=x, f=obj.full_loss(x), grad_norm=float(np.linalg.norm(g)), method=method)
+
+    def fun(z):
+        u, v = z[:d], z[d:]
+        x = u - v
+        g = obj.grad(x)
+        val = obj.loss(x) + obj.l1 * (u.sum() + v.sum())
+        return val, np.concatenate([g + obj.l1, -g + obj.l1])
+
+    res = scipy.optimize.minimize(fun, np.zeros(2 * d), jac=True, method="L-BFGS-B",
+                                  bounds=[(0.0, None)] * (2 * d),
+                                  options={"ftol": 1e-16, "gtol": 1e-13, "maxiter": 100000, "maxcor": 30})
+    x = res.x[:d] - res.x[d:]
+    # prox-gradient residual as optimality measure
+    L = obj.smoothness()
+    z = x - obj.grad(x) / L
+    px = np.sign(z) * np.maximum(np.abs(z) - obj.l1 / L, 0.0)
+    return Optimum(x=x, f=obj.full_loss(x), grad_norm=float(L * np.linalg.norm(x - px)),
+                   method="scipy L-BFGS-B on the split x = u - v")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("HPCGC_CACHE_DIR", Path.home() / ".cache" / "hpcgc"))
+
+
+def cached_reference(obj: Objective, key_parts: dict) -> tuple[Optimum, bool]:
+    """solve_reference with an on-disk cache keyed by data fingerprint, partition and regularization.
+
+    Returns (optimum, was_cached). A corrupt or unreadable cache entry is recomputed.
+    """
+    key = hashlib.sha256(json.dumps(key_parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
+    path = cache_dir() / "optimum" / f"{key}.npz"
+    try:
+        with np.load(path) as z:
+            if z["x"].shape == (obj.d,):
+                return Optimum(x=z["x"], f=float(z["f"]), grad_norm=float(z["grad_norm"]),
+                               method=str(z["method"])), True
+    except Exception:
+        pass
+    opt = solve_reference(obj)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
+        np.savez(tmp, x=opt.x, f=opt.f, grad_norm=opt.grad_norm, method=opt.method,
+                 key=json.dumps(key_parts, sort_keys=True, default=str))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # caching is an optimisation; a read-only home must not fail the run
+    return opt, False
+
+
+def prox_l1(x, t):
+    """prox of t·‖·‖₁: soft-thresholding (in place)."""
+    np.copyto(x, np.sign(x) * np.maximum(np.abs(x) - t, 0.0))
+    return x

@@ -1,0 +1,211 @@
+"""Results files (HDF5): the writer used by rank 0 and the reader ``load``.
+
+Layout (schema version 1; `docs/results.md` is the reference):
+
+    /                attrs: schema_version, hpcgc_version, git_commit, git_dirty, created, command_line,
+                            mpi_library_version, *_version, hostnames, world_size, slurm_* when present
+    /runs/<run_id>/  attrs: config (resolved TOML), algorithm, compressor, allocation, gamma, alpha, beta,
+                            seed, dataset, d, n_workers, f_star, status, stop_reason, ...
+      iteration, loss, suboptimality, dist_to_opt, grad_norm_sq, accuracy        (T,)
+      bits_up_model, bits_up_wire                                                 (T, n)
+      bits_down_wire                                                              (T,)
+      time/<phase>                                                                (T, world_size)
+      workers/...                                                                 (n,) tables
+      per_iteration/<phase>                                                       (iterations, world_size)
+      x_final                                                                     (d,) last iterate
+
+Series are chunked and resizable; the file is flushed as the run goes (at most every
+``FLUSH_SECONDS``) and at the end of every run, so a killed job leaves a readable file. It is
+written as ``<path>.partial`` and renamed to ``<path>`` when the whole invocation completes.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+SCHEMA_VERSION = 1
+FLUSH_SECONDS = 2.0
+PARTIAL_SUFFIX = ".partial"
+
+SCALAR_SERIES = ("iteration", "loss", "suboptimality", "dist_to_opt", "grad_norm_sq", "accuracy", "bits_down_wire")
+WORKER_SERIES = ("bits_up_model", "bits_up_wire")
+PHASES = ("grad", "compress", "comm_up", "server", "comm_down", "iter")
+
+
+class ResultsWriter:
+    """Creates ``<path>.partial``; :meth:`close` renames it to ``path``."""
+
+    def __init__(self, path: str | os.PathLike, attrs: dict):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.partial = self.path.with_name(self.path.name + PARTIAL_SUFFIX)
+        self.f = h5py.File(self.partial, "w")
+        self.f.attrs["schema_version"] = SCHEMA_VERSION
+        for k, v in attrs.items():
+            self.f.attrs[k] = _attr(v)
+        self.f.create_group("runs")
+        self.f.flush()
+
+    def begin_run(self, run_id: str, attrs: dict, n_workers: int, world_size: int) -> "RunWriter":
+        return RunWriter(self, self.f["runs"].create_group(run_id), attrs, n_workers, world_size)
+
+    def close(self, complete: bool = True):
+        self.f.attrs["complete"] = bool(complete)
+        self.f.close()
+        if complete:
+            os.replace(self.partial, self.path)
+            return self.path
+        return self.partial
+
+
+class RunWriter:
+    def __init__(self, parent: ResultsWriter, g: h5py.Group, attrs: dict, n: int, world: int):
+        self.parent = parent
+        self.g = g
+        self.rows = 0
+        self._last_flush = time.monotonic()
+        self.set_attrs(attrs)
+        self.g.attrs["status"] = "running"
+        self.g.attrs["stop_reason"] = ""
+        for name in SCALAR_SERIES:
+            dt = np.int64 if name == "iteration" else np.float64
+            g.create_dataset(name, shape=(0,), maxshape=(None,), dtype=dt, chunks=(256,))
+        for name in WORKER_SERIES:
+            g.create_dataset(name, shape=(0, n), maxshape=(None, n), dtype=np.float64, chunks=(256, n))
+        tg = g.create_group("time")
+        for ph in PHASES:
+            tg.create_dataset(ph, shape=(0, world), maxshape=(None, world), dtype=np.float64, chunks=(256, world))
+
+    def set_attrs(self, attrs: dict):
+        for k, v in attrs.items():
+            self.g.attrs[k] = _attr(v)
+
+    def append(self, row: dict):
+        """One evaluation point: scalars, per-worker vectors, and ``time`` → (world, phases) array."""
+        t = self.rows
+        for name in SCALAR_SERIES:
+            ds = self.g[name]
+            ds.resize((t + 1,))
+            ds[t] = row.get(name, np.nan)
+        for name in WORKER_SERIES:
+            ds = self.g[name]
+            ds.resize((t + 1, ds.shape[1]))
+            ds[t] = row[name]
+        times = row["time"]
+        for j, ph in enumerate(PHASES):
+            ds = self.g["time"][ph]
+            ds.resize((t + 1, ds.shape[1]))
+            ds[t] = times[:, j]
+        self.rows += 1
+        now = time.monotonic()
+        if now - self._last_flush >= FLUSH_SECONDS:
+            self.parent.f.flush()
+            self._last_flush = now
+
+    def write_table(self, group: str, columns: dict):
+        g = self.g.require_group(group)
+        for k, v in columns.items():
+            if k in g:
+                del g[k]
+            g.create_dataset(k, data=np.asarray(v))
+
+    def finish(self, status: str, stop_reason: str, attrs: dict | None = None, arrays: dict | None = None):
+        if attrs:
+            self.set_attrs(attrs)
+        for k, v in (arrays or {}).items():
+            self.g.create_dataset(k, data=np.asarray(v))
+        self.g.attrs["status"] = status
+        self.g.attrs["stop_reason"] = stop_reason
+        self.parent.f.flush()
+
+
+def _attr(v):
+    if v is None:
+        return ""
+    if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v):
+        return np.array(v, dtype=h5py.string_dtype())
+    return v
+
+
+# -- reading ------------------------------------------------------------------------------------
+class ResultsFormatError(ValueError):
+    """The file is not an hpcgc results file, or has an unsupported schema version."""
+
+
+@dataclass
+class Run:
+    run_id: str
+    attrs: dict
+    config: dict
+    series: dict
+    time: dict
+    workers: dict
+    per_iteration: dict = field(default_factory=dict)
+    x_final: np.ndarray | None = None
+
+    @property
+    def status(self) -> str:
+        return self.attrs.get("status", "")
+
+    def __repr__(self):
+        return f"Run({self.run_id!r}, status={self.status!r}, rows={len(self.series.get('iteration', []))})"
+
+
+class Results(list):
+    """A list of :class:`Run` with the file-level attributes in ``.attrs``."""
+
+    attrs: dict
+    path: Path
+    complete: bool
+
+
+def load(path) -> Results:
+    """Read a results file (also an unfinished ``.partial`` one) into memory."""
+    from .config import tomllib
+
+    path = Path(path)
+    try:
+        f = h5py.File(path, "r")
+    except FileNotFoundError:
+        raise ResultsFormatError(f"results file not found: {path}") from None
+    except OSError as exc:
+        raise ResultsFormatError(f"{path}: not a readable HDF5 file ({exc})") from None
+    with f:
+        version = f.attrs.get("schema_version")
+        if version is None or "runs" not in f:
+            raise ResultsFormatError(f"{path}: not an hpcgc results file (no schema_version / runs)")
+        if int(version) != SCHEMA_VERSION:
+            raise ResultsFormatError(f"{path}: results schema version {int(version)}; this hpcgc reads "
+                                     f"version {SCHEMA_VERSION}")
+        out = Results()
+        out.attrs = {k: _py(v) for k, v in f.attrs.items()}
+        out.path = path
+        out.complete = bool(out.attrs.get("complete", False))
+        for run_id, g in f["runs"].items():
+            attrs = {k: _py(v) for k, v in g.attrs.items()}
+            try:
+                config = tomllib.loads(attrs.get("config", ""))
+            except tomllib.TOMLDecodeError:
+                config = {}
+            series = {k: g[k][()] for k in (*SCALAR_SERIES, *WORKER_SERIES) if k in g}
+            times = {k: v[()] for k, v in g["time"].items()} if "time" in g else {}
+            workers = {k: v[()] for k, v in g["workers"].items()} if "workers" in g else {}
+            per_it = {k: v[()] for k, v in g["per_iteration"].items()} if "per_iteration" in g else {}
+            x_final = g["x_final"][()] if "x_final" in g else None
+            out.append(Run(run_id, attrs, config, series, times, workers, per_it, x_final))
+        return out
+
+
+def _py(v):
+    if isinstance(v, bytes):
+        return v.decode()
+    if isinstance(v, np.ndarray) and v.dtype.kind in "OS":
+        return [x.decode() if isinstance(x, bytes) else x for x in v.tolist()]
+    if isinstance(v, np.generic):
+        return v.item()
+    return v

@@ -1,0 +1,454 @@
+"""Running an experiment: validation and set-up on every rank, the iteration loop, recording on rank 0.
+
+Data flows one way (`DESIGN.md`): config → data shard per rank → per iteration
+(gradient → compress → Gatherv → server decode/aggregate/step → Bcast) → results on rank 0.
+This module orchestrates; it calls MPI only through :mod:`hpcgc.transport`, compressors only
+through their public API, and HDF5 only through :mod:`hpcgc.results`.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import algorithms, allocation, compressors, config, data
+from .errors import ConfigError, UserError
+from .problems import Objective, cached_reference
+from .transport import LENGTH_BYTES, PHASES, RankOrderedJIT, Transport, wtime
+
+CONTINUE, STOP, DIVERGED = 0.0, 1.0, 2.0
+PROGRESS_SECONDS = 10.0
+EMPTY = np.zeros(0, dtype=np.uint8)
+
+
+# -- planning (identical on every rank, no data needed) -------------------------------------------
+@dataclass
+class RunPlan:
+    index: int
+    run_id: str
+    cfg: dict
+
+
+def plan(cfg: dict) -> list[RunPlan]:
+    """Expand the sweep and check every grid point's names and parameters (cheap, no data)."""
+    runs = []
+    for i, rc in enumerate(config.expand(cfg)):
+        r = rc["run"]
+        algorithms.get(r["algorithm"])
+        comp = compressors.make(r["compressor"])
+        allocation.check_name(r["allocation"])
+        if r["allocation"] != "uniform" and r["budget"] <= 0:
+            raise ConfigError(f"allocation {r['allocation']!r} needs run.budget > 0")
+        if r["budget"] > 1:
+            raise ConfigError(f"run.budget (mean kept fraction) must be in (0, 1], got {r['budget']!r}")
+        if rc["problem"]["kind"] not in ("logreg", "ridge"):
+            raise ConfigError(f"unknown problem.kind {rc['problem']['kind']!r}; available: logreg, ridge")
+        if not 0.0 <= r["momentum"] < 1.0:
+            raise ConfigError(f"run.momentum must be in [0, 1), got {r['momentum']!r}")
+        if isinstance(r["alpha"], str) and r["alpha"] != "theory":
+            raise ConfigError(f"run.alpha must be a number in (0, 1] or 'theory', got {r['alpha']!r}")
+        tag = comp.spec.replace(":", "_").replace(",", "_").replace("=", "")
+        runs.append(RunPlan(i, f"{i:03d}-{r['algorithm']}-{tag}-s{r['seed']}", rc))
+    return runs
+
+
+# -- data set-up (every rank) --------------------------------------------------------------------
+@dataclass
+class Setup:
+    """Everything a run needs that depends only on data, partition and problem."""
+    d: int
+    n_workers: int
+    worker_ranks: list
+    samples: np.ndarray
+    label_hist: np.ndarray
+    local: Objective | None          # this rank's f_i (None on a dedicated server)
+    L_max: float
+    L_local: np.ndarray | None       # (n,) on rank 0
+    global_obj: Objective | None     # rank 0 only
+    opt: object | None               # rank 0 only (problems.Optimum)
+    opt_cached: bool = False
+    setup_seconds: float = 0.0
+
+
+class DataCache:
+    """Loads each data set once per process and builds each (data, partition, problem) set-up once."""
+
+    def __init__(self, transport: Transport):
+        self.t = transport
+        self.datasets = {}
+        self.setups = {}
+
+    def dataset(self, spec: str):
+        if spec not in self.datasets:
+            self.datasets[spec] = data.load(spec)
+        return self.datasets[spec]
+
+    def setup(self, rc: dict) -> Setup:
+        key = (rc["data"]["dataset"], rc["data"]["partition"], rc["data"]["partition_seed"],
+               tuple(rc["data"]["sizes"]), rc["problem"]["kind"], rc["problem"]["l2"], rc["problem"]["l1"],
+               rc["run"]["server"])
+        if key not in self.setups:
+            self.setups[key] = self._build(rc)
+        return self.setups[key]
+
+    def _build(self, rc: dict) -> Setup:
+        t0 = time.perf_counter()
+        t = self.t
+        dedicated = rc["run"]["server"] == "dedicated"
+        worker_ranks = list(range(1, t.size)) if dedicated else list(range(t.size))
+        n = len(worker_ranks)
+        kind, l2, l1 = rc["problem"]["kind"], rc["problem"]["l2"], rc["problem"]["l1"]
+        me = t.rank - 1 if dedicated else t.rank
+        # local part: can fail (bad file, impossible partition); every rank agrees before collectives
+        error = local = parts = ds = y = None
+        L_i = 0.0
+        try:
+            if n == 0:
+                raise ConfigError("run.server = 'dedicated' needs at least 2 MPI ranks (1 server + workers)")
+            ds = self.dataset(rc["data"]["dataset"])
+            parts = data.partition(ds, n, scheme=rc["data"]["partition"], seed=rc["data"]["partition_seed"],
+                                   sizes=rc["data"]["sizes"] or None)
+            y = ds.binary_labels() if kind == "logreg" else np.asarray(ds.y, dtype=np.float64)
+            if 0 <= me < n:
+                rows = parts[me]
+                local = Objective(kind, ds.X[rows], y[rows], np.full(len(rows), 1.0 / len(rows)), l2, l1)
+                L_i = local.smoothness()
+        except (UserError, ValueError, OSError) as exc:
+            error = exc
+        t.agree(error)
+        L_max = t.allreduce_max(L_i)
+        L_all = t.gather_rows(np.array([L_i]))
+        # rank 0: the global objective and its reference optimum (cached on disk)
+        global_obj = opt = None
+        cached = False
+        error = None
+        if t.is_root:
+            try:
+                rows = np.concatenate(parts)
+                w = np.concatenate([np.full(len(p), 1.0 / (n * len(p))) for p in parts])
+                global_obj = Objective(kind, ds.X[rows], y[rows], w, l2, l1)
+                opt, cached = cached_reference(global_obj, {
+                    "data": ds.fingerprint, "partition": rc["data"]["partition"],
+                    "partition_seed": rc["data"]["partition_seed"], "sizes": rc["data"]["sizes"],
+                    "n": n, "kind": kind, "l2": l2, "l1": l1, "version": 1})
+            except (UserError, ValueError, ArithmeticError) as exc:
+                error = exc
+        t.agree(error)
+        samples = np.array([len(p) for p in parts])
+        classes = np.unique(ds.y)
+        label_hist = np.array([[np.count_nonzero(ds.y[p] == c) for c in classes] for p in parts])
+        return Setup(d=ds.n_features, n_workers=n, worker_ranks=worker_ranks, samples=samples,
+                     label_hist=label_hist, local=local, L_max=L_max,
+                     L_local=None if L_all is None else L_all[worker_ranks, 0],
+                     global_obj=global_obj, opt=opt, opt_cached=cached,
+                     setup_seconds=time.perf_counter() - t0)
+
+
+# -- one run ------------------------------------------------------------------------------------------
+@dataclass
+class RunSummary:
+    run_id: str
+    algorithm: str
+    compressor: str
+    status: str
+    stop_reason: str
+    iterations: int
+    suboptimality: float
+    mb_up: float
+    phase_ms: dict
+    median_iter_ms: float
+    wire_over_model: float
+
+
+class Run:
+    def __init__(self, rp: RunPlan, setup: Setup, transport: Transport, writer=None, progress=None):
+        self.rp, self.s, self.t = rp, setup, transport
+        self.writer = writer
+        self.progress = progress or (lambda msg: None)
+        rc = rp.cfg
+        self.r = rc["run"]
+        s = setup
+        self.comp = compressors.make(self.r["compressor"])
+        budget_applied = False
+        if self.r["budget"] > 0 and "k" in self.comp.params:
+            delta = allocation.allocate(self.r["allocation"], s.samples, self.r["budget"])
+            if np.ptp(delta) > 0:
+                raise ConfigError(f"allocation {self.r['allocation']!r} gives different ratios per worker; "
+                                  "per-worker compressors are not supported by this algorithm")
+            k = max(1, math.ceil(delta[0] * s.d))
+            self.comp = compressors.make(self.comp.name, **{**self.comp.params, "k": k})
+            budget_applied = True
+        self.budget_applied = budget_applied
+        self.comp.validate(s.d)
+        if self.r["batch"] > int(s.samples.min()):
+            raise ConfigError(f"run.batch = {self.r['batch']} exceeds the smallest worker's sample count "
+                              f"{int(s.samples.min())}")
+        weights = np.full(s.n_workers, 1.0 / s.n_workers)
+        self.alg = algorithms.make(self.r["algorithm"], self.comp, d=s.d, n_workers=s.n_workers,
+                                   weights=weights, L_max=s.L_max, step_multiplier=self.r["step_multiplier"],
+                                   alpha=self.r["alpha"], momentum=self.r["momentum"], l1=rc["problem"]["l1"])
+        seq = np.random.SeedSequence(self.r["seed"]).spawn(transport.size)[transport.rank]
+        self.rng = np.random.default_rng(seq)
+
+    # metrics are computed on rank 0 only, on the global objective, outside the timed phases
+    def _metrics(self, x, x0_dist):
+        s = self.s
+        F = s.global_obj.full_loss(x)
+        g = s.global_obj.grad(x)
+        out = {"loss": F, "suboptimality": F - s.opt.f,
+               "dist_to_opt": float(np.sum((x - s.opt.x) ** 2)) / x0_dist if x0_dist > 0 else 0.0,
+               "grad_norm_sq": float(np.dot(g, g))}
+        if s.global_obj.kind == "logreg":
+            out["accuracy"] = float(np.mean(np.sign(s.global_obj.A @ x) == s.global_obj.y))
+        return out
+
+    def execute(self) -> RunSummary | None:
+        s, t, r, alg, comp = self.s, self.t, self.r, self.alg, self.comp
+        d, n, T = s.d, s.n_workers, r["iterations"]
+        root = t.is_root
+        me = s.worker_ranks.index(t.rank) if t.rank in s.worker_ranks else None
+        xbuf = np.zeros(d + 1)          # iterate + one control word, broadcast every iteration
+        x = xbuf[:d]
+        ctrl = np.zeros(1)              # eval-point decision (untimed, not part of the algorithm)
+        wstate = alg.worker_init() if me is not None else None
+        sstate = alg.server_init(x) if root else None
+        per_it = np.zeros((T, len(PHASES))) if r["per_iteration_times"] else None
+        totals = np.zeros(len(PHASES))
+        batch = r["batch"]
+        m_local = s.local.A.shape[0] if s.local is not None else 0
+        t.reset_ledger()
+        t.barrier()
+
+        rw = None
+        if root:
+            bits_model = np.zeros(n)
+            bits_wire = np.zeros(n)
+            bits_down = 0.0
+            x0_dist = float(np.sum((x - s.opt.x) ** 2))
+            f0_gap = None
+            rw = self.writer.begin_run(self.rp.run_id, self._attrs(), n, t.size) if self.writer else None
+            status, reason = "completed", "iterations"
+            last_progress = time.monotonic()
+            t_start = time.monotonic()
+            last_row = {}
+
+        def record(it):
+            """Collective: gather timers; rank 0 evaluates, writes a row and decides whether to stop."""
+            nonlocal f0_gap, status, reason, last_row
+            times = t.gather_rows(totals)
+            if root:
+                row = self._metrics(x, x0_dist)
+                row.update(iteration=it, bits_up_model=bits_model, bits_up_wire=bits_wire,
+                           bits_down_wire=bits_down, time=times)
+                if rw is not None:
+                    rw.append(row)
+                last_row = row
+                gap = row["suboptimality"]
+                if f0_gap is None:
+                    f0_gap = max(gap, 1e-300)
+                decision = CONTINUE
+                if not math.isfinite(row["loss"]) or gap > r["divergence_factor"] * f0_gap:
+                    status, reason, decision = "diverged", f"f - f* = {gap:.3g} at iteration {it}", STOP
+                elif r["tolerance"] > 0 and gap <= r["tolerance"]:
+                    status, reason, decision = "completed", f"tolerance {r['tolerance']:g} reached", STOP
+                ctrl[0] = decision
+            t.bcast(ctrl)
+            return ctrl[0] != CONTINUE
+
+        stop = record(0)
+        k = 0
+        while not stop and k < T:
+            t0 = wtime()
+            if me is not None:
+                rows = self.rng.choice(m_local, size=batch, replace=False) if batch else None
+                g = s.local.grad(x, rows)
+                t1 = wtime()
+                payload = alg.worker_message(wstate, g, self.rng)
+                t2 = wtime()
+            else:
+                t1 = t2 = t0
+                payload = EMPTY
+            got = t.gather_payloads(payload)
+            t3 = wtime()
+            if root:
+                buf, counts, displs = got
+                msgs = [(i, buf[displs[rk]:displs[rk] + counts[rk]]) for i, rk in enumerate(s.worker_ranks)]
+                alg.server_step(sstate, msgs)
+                for i, p in msgs:
+                    bits_wire[i] += 8 * (LENGTH_BYTES + p.size)
+                    bits_model[i] += comp.model_bits(p, d)
+                x[:] = sstate.x
+                sq = float(np.dot(x, x))
+                if not math.isfinite(sq) or sq > 1e200:
+                    status, reason = "diverged", f"non-finite or exploding iterate at iteration {k + 1}"
+                    xbuf[d] = DIVERGED
+                elif r["max_bits"] > 0 and bits_model.max() >= r["max_bits"]:
+                    status, reason, xbuf[d] = "stopped", f"bit budget {r['max_bits']:g} reached", STOP
+                elif r["max_seconds"] > 0 and time.monotonic() - t_start >= r["max_seconds"]:
+                    status, reason, xbuf[d] = "stopped", f"wall-time budget {r['max_seconds']:g} s reached", STOP
+                else:
+                    xbuf[d] = CONTINUE
+                bits_down += 8 * xbuf.nbytes
+                t4 = wtime()
+            else:
+                t4 = t3
+            t.bcast(xbuf)
+            t5 = wtime()
+            lap = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t5 - t0)
+            totals += lap
+            if per_it is not None:
+                per_it[k] = lap
+            k += 1
+            control = xbuf[d]
+            if control == DIVERGED:
+                if root:
+                    last_row = {**last_row, "iteration": k}
+                break
+            if k % r["eval_every"] == 0 or k == T or control == STOP:
+                stop = record(k) or control == STOP
+            if root and time.monotonic() - last_progress >= PROGRESS_SECONDS:
+                last_progress = time.monotonic()
+                done = k / T
+                eta = (time.monotonic() - t_start) * (1 - done) / max(done, 1e-9)
+                self.progress(f"  [{self.rp.run_id}] it {k}/{T}  f-f* {last_row.get('suboptimality', float('nan')):.3e}"
+                              f"  MB up {bits_wire[1:].sum() / 8e6 if t.size > 1 else 0:.3f}  ETA {eta:.0f}s")
+        iterations_done = k
+
+        # tear-down: sender-side ledger and per-iteration timings (collective, untimed)
+        sent = t.gather_rows(np.array([float(t.up_bytes)]))
+        per_rank = t.gather_rows(per_it[:iterations_done].ravel()) if per_it is not None else None
+        if not root:
+            return None
+        if status == "diverged" and rw is not None:
+            # the divergent state is recorded as the last row so the file shows where it blew up
+            row = {"iteration": iterations_done, "loss": np.nan, "suboptimality": np.nan, "dist_to_opt": np.nan,
+                   "grad_norm_sq": np.nan, "accuracy": np.nan, "bits_up_model": bits_model,
+                   "bits_up_wire": bits_wire, "bits_down_wire": bits_down,
+                   "time": np.tile(totals, (t.size, 1)) * np.nan}
+            rw.append(row)
+        crossed = np.array([rk != 0 for rk in s.worker_ranks])
+        if rw is not None:
+            rw.write_table("workers", {
+                "rank": np.array(s.worker_ranks), "samples": s.samples,
+                "compression_ratio": np.full(n, comp.params["k"] / d if "k" in comp.params else 1.0),
+                "threshold": np.full(n, np.nan), "label_histogram": s.label_hist,
+                "one_time_bits": np.zeros(n), "crossed_network": crossed, "smoothness": s.L_local,
+                "sender_bytes_up": sent[s.worker_ranks, 0]})
+            if per_rank is not None:
+                pr = per_rank.reshape(t.size, iterations_done, len(PHASES))
+                rw.write_table("per_iteration", {ph: pr[:, :, j].T.astype(np.float32)
+                                                 for j, ph in enumerate(PHASES)})
+            rw.finish(status, reason, {"iterations_done": iterations_done}, {"x_final": x})
+        # summary for the table
+        mean_ms = {ph: 1e3 * totals[j] / max(iterations_done, 1) for j, ph in enumerate(PHASES)}
+        if per_rank is not None and iterations_done:
+            pr = per_rank.reshape(t.size, iterations_done, len(PHASES))
+            mean_ms = {ph: 1e3 * float(pr[:, :, j].mean()) for j, ph in enumerate(PHASES)}
+            med_iter = 1e3 * float(np.median(pr[:, :, PHASES.index("iter")]))
+        else:
+            med_iter = mean_ms["iter"]
+        model_total = bits_model.sum()
+        return RunSummary(
+            run_id=self.rp.run_id, algorithm=r["algorithm"], compressor=comp.spec, status=status,
+            stop_reason=reason, iterations=iterations_done,
+            suboptimality=float(last_row.get("suboptimality", np.nan)) if status != "diverged" else np.nan,
+            mb_up=float(bits_wire[crossed].sum()) / 8e6, phase_ms=mean_ms, median_iter_ms=med_iter,
+            wire_over_model=float(bits_wire.sum() - 8 * LENGTH_BYTES * n * iterations_done) / model_total
+            if model_total else np.nan)
+
+    def _attrs(self) -> dict:
+        s, r, rc = self.s, self.r, self.rp.cfg
+        a = {"config": config.to_toml(rc), "algorithm": r["algorithm"], "compressor": self.comp.spec,
+             "compressor_name": self.comp.name, "allocation": r["allocation"], "budget": r["budget"],
+             "budget_applied": self.budget_applied, "seed": r["seed"], "dataset": rc["data"]["dataset"],
+             "partition": rc["data"]["partition"], "problem": rc["problem"]["kind"],
+             "l2": rc["problem"]["l2"], "l1": rc["problem"]["l1"], "d": s.d, "n_workers": s.n_workers,
+             "server": r["server"], "f_star": s.opt.f, "x_star_grad_norm": s.opt.grad_norm,
+             "f_star_method": s.opt.method, "L_max": s.L_max, "setup_seconds": s.setup_seconds,
+             "iterations": r["iterations"], "eval_every": r["eval_every"], "batch": r["batch"]}
+        a.update(self.alg.describe())
+        return a
+
+
+# -- the experiment ---------------------------------------------------------------------------------
+def warm_jit(specs, transport: Transport):
+    """Compile (or load from cache) every compressor's kernels, rank 0 first (see RankOrderedJIT)."""
+    def warm():
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal(64)
+        for spec in specs:
+            c = compressors.make(spec)
+            try:
+                c.validate(64)
+            except ConfigError:
+                continue
+            p = c.compress(x, rng)
+            out = np.zeros(64)
+            c.decompress_add(p, 64, out, 1.0)
+            c.model_bits(p, 64)
+    RankOrderedJIT(transport).run(warm)
+
+
+def prepare(cfg: dict, transport: Transport) -> list[Run]:
+    """Validate every grid point and build every run's set-up on every rank, before any file exists.
+
+    Any user error (bad name, parameter, data file, partition, batch size) is raised here on every
+    rank alike, so a bad experiment fails before it has written anything.
+    """
+    error, plans = None, []
+    try:
+        plans = plan(cfg)
+    except UserError as exc:
+        error = exc
+    transport.agree(error)
+    cache = DataCache(transport)
+    runs = []
+    for rp in plans:
+        setup = cache.setup(rp.cfg)          # agrees on errors internally
+        error = None
+        try:
+            runs.append(Run(rp, setup, transport))
+        except UserError as exc:
+            error = exc
+        transport.agree(error)
+    return runs
+
+
+def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_start=None, name="experiment"):
+    """Run prepared runs; rank 0 writes ``out`` (via ``out.partial``). Returns (path, summaries) on
+    rank 0 and (None, []) elsewhere. A run that diverges is recorded and the experiment goes on;
+    an exception leaves the partial file readable and propagates."""
+    from . import provenance
+    from .results import ResultsWriter
+
+    t = transport
+    warm_jit(sorted({r.comp.spec for r in runs}), t)
+    attrs = provenance.collect(t, list(argv))
+    writer, err = None, None
+    if t.is_root:
+        log(provenance.header(attrs))
+        if t_start is not None:
+            log(f"# experiment {name!r}: {len(runs)} run(s); set-up {time.perf_counter() - t_start:.2f} s "
+                "(data, partitions, f*, JIT)")
+        try:
+            writer = ResultsWriter(out, attrs)
+        except OSError as exc:
+            err = UserError(f"cannot create results file {out}: {exc.strerror or exc}")
+    t.agree(err)
+    summaries = []
+    try:
+        for i, run in enumerate(runs):
+            run.writer = writer
+            run.progress = log
+            s = run.execute()
+            if s is not None:
+                summaries.append(s)
+                log(f"[{i + 1}/{len(runs)}] {s.run_id}: {s.status} ({s.stop_reason}) after {s.iterations} it, "
+                    f"f - f* = {s.suboptimality:.3e}, {s.mb_up:.4f} MB up, {s.median_iter_ms:.3f} ms/it (median)")
+    except BaseException:
+        if writer is not None:
+            writer.close(complete=False)
+        raise
+    return (writer.close(complete=True) if writer is not None else None), summaries

@@ -1,0 +1,179 @@
+"""MPI transport: the only module of hpcgc that calls MPI.
+
+Per iteration the protocol is exactly two collectives on the uplink and one on the downlink:
+
+1. ``Gather``  of each rank's payload length (one 4-byte ``int32`` per rank) to rank 0,
+2. ``Gatherv`` of the payloads themselves (``uint8`` buffers, zero-length allowed) to rank 0,
+3. ``Bcast``   of the new iterate (``float64``, plus one control word) from rank 0.
+
+Only buffer (upper-case) mpi4py methods are used on this hot path; pickling methods appear only in
+set-up and tear-down helpers. The transport keeps a *sender-side* ledger of every byte it handed
+to MPI, so the bit counts in the results file can be checked against what really went through
+the network rather than against a formula.
+
+Also here: per-rank phase timers on ``MPI.Wtime`` and the error agreement that lets every rank
+exit cleanly (non-zero, no hang) when any rank hits a user error during set-up.
+"""
+from __future__ import annotations
+
+import sys
+import traceback
+
+import numpy as np
+from mpi4py import MPI
+
+from .errors import UserError
+
+ROOT = 0
+LENGTH_BYTES = 4  # one int32 length announcement per rank and iteration
+PHASES = ("grad", "compress", "comm_up", "server", "comm_down", "iter")
+
+
+def wtime() -> float:
+    return MPI.Wtime()
+
+
+def library_version() -> str:
+    return MPI.Get_library_version().strip().splitlines()[0]
+
+
+def processor_name() -> str:
+    return MPI.Get_processor_name()
+
+
+class PhaseTimers:
+    """Cumulative seconds per phase for this rank (MPI.Wtime)."""
+
+    def __init__(self):
+        self.total = np.zeros(len(PHASES))
+        self._index = {p: i for i, p in enumerate(PHASES)}
+
+    def add(self, phase: str, seconds: float):
+        self.total[self._index[phase]] += seconds
+
+    def reset(self):
+        self.total[:] = 0.0
+
+
+class Transport:
+    """Payload Gatherv to rank 0 and Bcast back, with a sender-side byte ledger."""
+
+    def __init__(self, comm=None):
+        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+        self.is_root = self.rank == ROOT
+        self._len = np.zeros(1, dtype=np.int32)
+        self._counts = np.zeros(self.size, dtype=np.int32)
+        self._displs = np.zeros(self.size, dtype=np.int64)
+        self._recv = np.zeros(1 << 16, dtype=np.uint8)
+        self.reset_ledger()
+
+    # -- ledger ---------------------------------------------------------------------------------
+    def reset_ledger(self):
+        self.up_bytes = 0      # bytes this rank handed to MPI on the uplink (length word + payload)
+        self.down_bytes = 0    # bytes of the downlink broadcast buffer (counted once, at the root)
+
+    # -- hot path ---------------------------------------------------------------------------------
+    def gather_payloads(self, payload: np.ndarray):
+        """Send this rank's ``uint8`` payload to rank 0.
+
+        Returns, on rank 0, ``(buffer, counts, displs)`` where worker r's bytes are
+        ``buffer[displs[r]:displs[r] + counts[r]]`` (views into a reused buffer: valid until the
+        next call); ``None`` on the other ranks.
+        """
+        if payload.dtype != np.uint8 or payload.ndim != 1:
+            raise TypeError("payload must be a 1-D uint8 array")
+        payload = np.ascontiguousarray(payload)
+        self._len[0] = payload.nbytes
+        self.comm.Gather(self._len, self._counts if self.is_root else None, root=ROOT)
+        self.up_bytes += LENGTH_BYTES + payload.nbytes
+        if self.is_root:
+            np.cumsum(self._counts[:-1], out=self._displs[1:])
+            total = int(self._displs[-1] + self._counts[-1])
+            if total > self._recv.size:
+                self._recv = np.zeros(max(total, 2 * self._recv.size), dtype=np.uint8)
+            self.comm.Gatherv(payload, [self._recv, self._counts, self._displs, MPI.BYTE], root=ROOT)
+            return self._recv, self._counts.copy(), self._displs.copy()
+        self.comm.Gatherv(payload, None, root=ROOT)
+        return None
+
+    def bcast(self, buf: np.ndarray):
+        """Broadcast ``buf`` (a contiguous numpy array) from rank 0, in place."""
+        self.comm.Bcast(buf, root=ROOT)
+        if self.is_root:
+            self.down_bytes += buf.nbytes
+
+    # -- set-up / tear-down (small, may pickle) ---------------------------------------------------
+    def barrier(self):
+        self.comm.Barrier()
+
+    def gather_rows(self, row: np.ndarray):
+        """Gather one equally-shaped float64 row per rank to rank 0 → (size, len) array or None."""
+        row = np.ascontiguousarray(row, dtype=np.float64)
+        out = np.empty((self.size, row.size)) if self.is_root else None
+        self.comm.Gather(row, out, root=ROOT)
+        return out
+
+    def bcast_object(self, obj):
+        return self.comm.bcast(obj, root=ROOT)
+
+    def gather_object(self, obj):
+        return self.comm.gather(obj, root=ROOT)
+
+    def allreduce_max(self, value: float) -> float:
+        return self.comm.allreduce(value, op=MPI.MAX)
+
+    def agree(self, error: BaseException | None):
+        """Collective error check after a phase that can fail on some ranks only.
+
+        Every rank calls this. If any rank passed an error, every rank raises a
+        :class:`UserError` carrying the first (lowest-rank) message, so all ranks exit alike.
+        """
+        failed = self.comm.allreduce(1 if error is not None else 0, op=MPI.SUM)
+        if not failed:
+            return
+        msg = None
+        if error is not None:
+            msg = str(error) if isinstance(error, UserError) else "".join(
+                traceback.format_exception(type(error), error, error.__traceback__))
+        msgs = self.comm.allgather(msg)
+        first = next(m for m in msgs if m is not None)
+        who = next(r for r, m in enumerate(msgs) if m is not None)
+        text = first if self.size == 1 or failed == self.size else f"(rank {who}) {first}"
+        raise UserError(text)
+
+    def abort(self, code: int = 1):
+        """Terminate every rank (used when a rank fails inside the iteration loop)."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if self.size > 1:
+            self.comm.Abort(code)
+        raise SystemExit(code)
+
+
+class RankOrderedJIT:
+    """Compile/load numba kernels on rank 0 first, then on the others from the on-disk cache.
+
+    When 32 ranks start at once with an empty cache, letting all of them compile wastes minutes
+    and races on the cache files; rank 0 compiles and writes the cache, the rest wait at a barrier
+    and then only load it.
+    """
+
+    def __init__(self, transport: Transport):
+        self.t = transport
+
+    def run(self, warm):
+        error = None
+        if self.t.is_root:
+            try:
+                warm()
+            except BaseException as exc:  # noqa: BLE001 - reported collectively
+                error = exc
+        self.t.agree(error)
+        if not self.t.is_root:
+            try:
+                warm()
+            except BaseException as exc:  # noqa: BLE001
+                error = exc
+        self.t.agree(error)

@@ -1,0 +1,120 @@
+"""The command line under a real mpiexec: the pytest-mpi suite, the default benchmark, bad input.
+
+Every launch goes through ``run_mpi`` (MPIEXEC_TIMEOUT + a subprocess timeout), so a rank that
+hangs fails the test instead of hanging CI.
+"""
+from __future__ import annotations
+
+import h5py
+import pytest
+
+from hpcgc import results
+from tests.conftest import ROOT, libsvm_path, run_mpi
+
+N = 4
+
+
+def _show(p):
+    return f"exit {p.returncode}\n--- stdout\n{p.stdout[-4000:]}\n--- stderr\n{p.stderr[-4000:]}"
+
+
+def test_pytest_mpi_suite_on_4_ranks():
+    p = run_mpi(N, ["-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider", "-x", str(ROOT / "tests" / "mpi")])
+    assert p.returncode == 0, _show(p)
+    assert "passed" in p.stdout and "failed" not in p.stdout
+
+
+def test_default_benchmark_runs_and_writes_results(tmp_path):
+    out = tmp_path / "default.h5"
+    p = run_mpi(N, ["-m", "hpcgc.bench", "--set", "run.iterations=60", "-o", str(out)])
+    assert p.returncode == 0, _show(p)
+    assert p.stdout.count("f - f*") == 1                      # one table, printed by rank 0 only
+    for col in ("grad(ms)", "compress(ms)", "comm_up(ms)", "server(ms)", "comm_down(ms)", "MB up"):
+        assert col in p.stdout
+    res = results.load(out)
+    assert res.complete and len(res) == 6
+    assert {r.attrs["algorithm"] for r in res} == {"dcgd", "diana"}
+    assert not (tmp_path / "default.h5.partial").exists()
+
+
+def test_list_and_help():
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "hpcgc.bench", "list"], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    for word in ("qsgd", "quant", "randk", "identity", "terngrad", "diana", "dcgd", "uniform", "breast-cancer",
+                 "label-sorted", "norm-sorted"):
+        assert word in p.stdout, word
+    h = subprocess.run([sys.executable, "-m", "hpcgc.bench", "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert h.returncode == 0 and "run.step_multiplier" in h.stdout and "--set" in h.stdout
+
+
+BAD = [
+    (["--set", "run.algorithm=adam"], "unknown algorithm 'adam'"),
+    (["--set", "run.compressor=zip"], "unknown compressor"),
+    (["--set", "data.partition=random"], "partition"),
+    (["--set", "data.dataset=nosuchset"], "nosuchset"),
+    (["--set", "run.compressor=qsgd:s=0"], "s"),
+    (["--set", "run.compressor=randk:k=0"], "k"),
+    (["--set", "run.compressor=randk:k=31"], "k"),
+    (["--set", "run.compressor=quant:p=inf,block=0"], "block"),
+    (["--set", "run.iterations=many"], "run.iterations"),
+    (["--set", "run.itrations=5"], "run.itrations"),
+    (["--set", "data.dataset=libsvm:/nonexistent/a9a"], "/nonexistent/a9a"),
+    (["--set", "data.dataset=synthetic:logreg,n=3,d=5"], "worker"),
+    (["--config", "/nonexistent.toml"], "/nonexistent.toml"),
+]
+
+
+@pytest.mark.parametrize("args,needle", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_one_message_nonzero_everywhere_no_file(tmp_path, args, needle):
+    out = tmp_path / "bad.h5"
+    p = run_mpi(N, ["-m", "hpcgc.bench", *args, "-o", str(out)], timeout=120)
+    assert p.returncode == 2, _show(p)
+    errors = [line for line in p.stderr.splitlines() if line.startswith("hpcgc: error:")]
+    assert len(errors) == 1, _show(p)                         # one message, not one per rank
+    assert needle in errors[0], errors[0]
+    assert "Traceback" not in p.stderr
+    assert list(tmp_path.iterdir()) == []                      # nothing half-written
+
+
+def test_malformed_libsvm_names_file_and_line(tmp_path):
+    bad = tmp_path / "bad.svm"
+    bad.write_text("+1 1:0.5 2:1\n-1 3:1\n+1 4:x\n")
+    p = run_mpi(N, ["-m", "hpcgc.bench", "--set", f"data.dataset=libsvm:{bad}", "-o", str(tmp_path / "o.h5")],
+                timeout=120)
+    assert p.returncode == 2, _show(p)
+    assert str(bad) in p.stderr and "3" in p.stderr
+    assert not (tmp_path / "o.h5").exists() and not (tmp_path / "o.h5.partial").exists()
+
+
+def test_unknown_toml_key_in_file(tmp_path):
+    cfg = tmp_path / "x.toml"
+    cfg.write_text('name = "x"\n[run]\nalgorithm = "diana"\nstepsize = 3\n')
+    p = run_mpi(N, ["-m", "hpcgc.bench", "--config", str(cfg), "-o", str(tmp_path / "o.h5")], timeout=120)
+    assert p.returncode == 2 and "run.stepsize" in p.stderr, _show(p)
+
+
+def test_diverging_run_is_recorded_and_experiment_continues(tmp_path):
+    out = tmp_path / "div.h5"
+    p = run_mpi(N, ["-m", "hpcgc.bench", "--set", "run.iterations=300", "--set", "run.compressor=identity",
+                    "--set", "sweep.step_multiplier=[60.0, 1.0]", "--set", "sweep.algorithm=['diana']",
+                    "--set", "sweep.compressor=['identity']", "-o", str(out)], timeout=180)
+    assert p.returncode == 0, _show(p)
+    res = results.load(out)
+    assert [r.status for r in res] == ["diverged", "completed"], [(r.status, r.attrs["stop_reason"]) for r in res]
+    with h5py.File(out) as f:        # the diverged run's rows are there and readable
+        assert f["runs"][res[0].run_id]["loss"].shape[0] >= 2
+
+
+def test_more_ranks_oversubscribed_and_dedicated_server(tmp_path):
+    a9a = libsvm_path("a9a")
+    out = tmp_path / "ded.h5"
+    p = run_mpi(6, ["-m", "hpcgc.bench", "--set", f"data.dataset=libsvm:{a9a}", "--set", "run.server=dedicated",
+                    "--set", "run.iterations=30", "--set", "sweep.algorithm=['diana']",
+                    "--set", "sweep.compressor=['randk:k=12']", "-o", str(out)], timeout=240)
+    assert p.returncode == 0, _show(p)
+    run = results.load(out)[0]
+    assert run.attrs["n_workers"] == 5
+    assert list(run.workers["rank"]) == [1, 2, 3, 4, 5] and all(run.workers["crossed_network"])
+    assert run.time["grad"].shape[1] == 6 and run.time["grad"][-1, 0] == 0.0
