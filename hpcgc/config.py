@@ -97,7 +97,8 @@ def default_experiment() -> dict:
     """The built-in default experiment: DCGD vs DIANA × three compressors on breast cancer."""
     cfg = defaults()
     cfg["name"] = "default"
-    cfg["run"].update(iterations=1000, eval_every=10, tolerance=1e-12)
+    cfg["problem"]["l2"] = 0.1
+    cfg["run"].update(iterations=2000, eval_every=10, tolerance=1e-12)
     cfg["sweep"] = copy.deepcopy(DEFAULT_SWEEP)
     return cfg
 

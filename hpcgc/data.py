@@ -39,12 +39,12 @@ from hpcgc.errors import ConfigError, DataError
 
 __all__ = [
     "Dataset",
-    "load",
     "available",
     "describe",
+    "describe_partitions",
+    "load",
     "partition",
     "partition_schemes",
-    "describe_partitions",
     "skew_volumes",
 ]
 
@@ -198,7 +198,7 @@ class Dataset:
         return h.hexdigest()[:16]
 
     # -- shards -----------------------------------------------------------------------------
-    def subset(self, rows) -> "Dataset":
+    def subset(self, rows) -> Dataset:
         """The rows ``rows`` (integer indices, in the given order, or a boolean mask).
 
         Keeps the type of ``X`` (sparse stays CSR), the name, the source, the parent's classes
@@ -353,13 +353,17 @@ def _load_digits():
 _BUILTINS = {
     "breast-cancer": (
         _load_breast_cancer,
-        "Wisconsin diagnostic breast cancer (scikit-learn bundled): 569 × 30, labels 0/1 "
-        "(malignant/benign), features min-max scaled to [-1, 1]",
+        (
+            "Wisconsin diagnostic breast cancer (scikit-learn bundled): 569 × 30, labels 0/1 "
+            "(malignant/benign), features min-max scaled to [-1, 1]"
+        ),
     ),
     "digits": (
         _load_digits,
-        "UCI handwritten digits 8×8 (scikit-learn bundled): 1797 × 64, labels 0-9, "
-        "features min-max scaled to [-1, 1]",
+        (
+            "UCI handwritten digits 8×8 (scikit-learn bundled): 1797 × 64, labels 0-9, "
+            "features min-max scaled to [-1, 1]"
+        ),
     ),
 }
 
@@ -506,10 +510,19 @@ def _load_libsvm(path_text, tokens):
         else None
     )
     zb_text = opts.get("zero_based", "auto").lower()
-    zb_map = {"auto": "auto", "true": True, "1": True, "yes": True, "false": False, "0": False,
-              "no": False}
+    zb_map = {
+        "auto": "auto",
+        "true": True,
+        "1": True,
+        "yes": True,
+        "false": False,
+        "0": False,
+        "no": False,
+    }
     if zb_text not in zb_map:
-        raise ConfigError(f"{context}: option zero_based must be auto, true or false, got {zb_text!r}")
+        raise ConfigError(
+            f"{context}: option zero_based must be auto, true or false, got {zb_text!r}"
+        )
     zero_based = zb_map[zb_text]
     rowscale = _parse_rowscale(opts.get("rowscale", "none"), context)
 
@@ -745,10 +758,10 @@ def load(spec) -> Dataset:
         raise ConfigError("empty data set name")
     low = text.lower()
     if low.startswith(LIBSVM_PREFIX):
-        path_text, tokens = _split_path_and_options(text[len(LIBSVM_PREFIX):])
+        path_text, tokens = _split_path_and_options(text[len(LIBSVM_PREFIX) :])
         return _load_libsvm(path_text, tokens)
     if low.startswith(SYNTHETIC_PREFIX):
-        return _load_synthetic(text[len(SYNTHETIC_PREFIX):])
+        return _load_synthetic(text[len(SYNTHETIC_PREFIX) :])
     head, *tokens = text.split(",")
     key = head.strip().lower().replace("_", "-")
     if key in _BUILTINS:
@@ -770,9 +783,12 @@ def describe() -> list[tuple[str, str]]:
     rows = [(name, desc) for name, (_, desc) in _BUILTINS.items()]
     rows.append(
         (
-            LIBSVM_PREFIX + "<path>[,n_features=D,zero_based=auto|true|false,rowscale=none|maxabs|l2]",
-            "any LIBSVM/svmlight file (.gz/.bz2 ok), sparse, labels as read "
-            "(e.g. a9a, w8a, mushrooms from the LIBSVM data page)",
+            LIBSVM_PREFIX
+            + "<path>[,n_features=D,zero_based=auto|true|false,rowscale=none|maxabs|l2]",
+            (
+                "any LIBSVM/svmlight file (.gz/.bz2 ok), sparse, labels as read "
+                "(e.g. a9a, w8a, mushrooms from the LIBSVM data page)"
+            ),
         )
     )
     rows.append(
@@ -845,11 +861,15 @@ def _parse_scheme(scheme):
             order = name
             if name == "dirichlet":
                 if not sep or not param:
-                    raise _scheme_error(scheme, "dirichlet needs a concentration, e.g. dirichlet:0.5")
+                    raise _scheme_error(
+                        scheme, "dirichlet needs a concentration, e.g. dirichlet:0.5"
+                    )
                 try:
                     alpha = float(param)
                 except ValueError:
-                    raise _scheme_error(scheme, f"dirichlet alpha {param!r} is not a number") from None
+                    raise _scheme_error(
+                        scheme, f"dirichlet alpha {param!r} is not a number"
+                    ) from None
                 if not (math.isfinite(alpha) and alpha > 0):
                     raise _scheme_error(scheme, f"dirichlet alpha must be > 0, got {param}")
             elif sep:
@@ -1029,7 +1049,7 @@ def partition(ds: Dataset, n_workers: int, scheme: str = "iid", seed: int = 0, s
     _check_nonempty(counts, f"{scheme!r} of {total} samples among {n_workers} workers")
     bounds = np.concatenate(([0], np.cumsum(counts)))
     order = np.asarray(order, dtype=np.int64)
-    return [order[bounds[j]: bounds[j + 1]].copy() for j in range(n_workers)]
+    return [order[bounds[j] : bounds[j + 1]].copy() for j in range(n_workers)]
 
 
 def _dirichlet_partition(ds, n_workers, alpha, volumes, rng):
@@ -1057,7 +1077,7 @@ def _dirichlet_partition(ds, n_workers, alpha, volumes, rng):
         cnt = _apportion(members.shape[0], share)
         bounds = np.concatenate(([0], np.cumsum(cnt)))
         for j in range(n_workers):
-            pieces[j][c] = members[bounds[j]: bounds[j + 1]]
+            pieces[j][c] = members[bounds[j] : bounds[j + 1]]
         counts[:, c] = cnt
 
     # Rounding can leave a worker empty: move single samples from the largest worker, taking the

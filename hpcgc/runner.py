@@ -254,11 +254,12 @@ class Run:
                 elif r["tolerance"] > 0 and gap <= r["tolerance"]:
                     status, reason, decision = "completed", f"tolerance {r['tolerance']:g} reached", STOP
                 ctrl[0] = decision
-            t.bcast(ctrl)
+            t.bcast_control(ctrl)
             return ctrl[0] != CONTINUE
 
         stop = record(0)
         k = 0
+        blew_up = False        # iterate became non-finite between two evaluation points
         while not stop and k < T:
             t0 = wtime()
             if me is not None:
@@ -303,8 +304,7 @@ class Run:
             k += 1
             control = xbuf[d]
             if control == DIVERGED:
-                if root:
-                    last_row = {**last_row, "iteration": k}
+                blew_up = True
                 break
             if k % r["eval_every"] == 0 or k == T or control == STOP:
                 stop = record(k) or control == STOP
@@ -321,7 +321,7 @@ class Run:
         per_rank = t.gather_rows(per_it[:iterations_done].ravel()) if per_it is not None else None
         if not root:
             return None
-        if status == "diverged" and rw is not None:
+        if blew_up and rw is not None:
             # the divergent state is recorded as the last row so the file shows where it blew up
             row = {"iteration": iterations_done, "loss": np.nan, "suboptimality": np.nan, "dist_to_opt": np.nan,
                    "grad_norm_sq": np.nan, "accuracy": np.nan, "bits_up_model": bits_model,

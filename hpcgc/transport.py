@@ -104,6 +104,12 @@ class Transport:
         if self.is_root:
             self.down_bytes += buf.nbytes
 
+    # -- measurement traffic: not part of the algorithm, not in the ledger ------------------------
+    def bcast_control(self, buf: np.ndarray):
+        """Broadcast a decision taken at an evaluation point (stop / continue). Measurement
+        infrastructure, like the timer gathers: excluded from the bit ledger and the phase timers."""
+        self.comm.Bcast(buf, root=ROOT)
+
     # -- set-up / tear-down (small, may pickle) ---------------------------------------------------
     def barrier(self):
         self.comm.Barrier()

@@ -28,7 +28,7 @@ def test_default_benchmark_runs_and_writes_results(tmp_path):
     out = tmp_path / "default.h5"
     p = run_mpi(N, ["-m", "hpcgc.bench", "--set", "run.iterations=60", "-o", str(out)])
     assert p.returncode == 0, _show(p)
-    assert p.stdout.count("f - f*") == 1                      # one table, printed by rank 0 only
+    assert p.stdout.count("wire/model") == 1                  # one table, printed by rank 0 only
     for col in ("grad(ms)", "compress(ms)", "comm_up(ms)", "server(ms)", "comm_down(ms)", "MB up"):
         assert col in p.stdout
     res = results.load(out)
@@ -97,8 +97,8 @@ def test_unknown_toml_key_in_file(tmp_path):
 
 def test_diverging_run_is_recorded_and_experiment_continues(tmp_path):
     out = tmp_path / "div.h5"
-    p = run_mpi(N, ["-m", "hpcgc.bench", "--set", "run.iterations=300", "--set", "run.compressor=identity",
-                    "--set", "sweep.step_multiplier=[60.0, 1.0]", "--set", "sweep.algorithm=['diana']",
+    p = run_mpi(N, ["-m", "hpcgc.bench", "--set", "run.iterations=300", "--set", "problem.kind=ridge",
+                    "--set", "sweep.step_multiplier=[30.0, 1.0]", "--set", "sweep.algorithm=['diana']",
                     "--set", "sweep.compressor=['identity']", "-o", str(out)], timeout=180)
     assert p.returncode == 0, _show(p)
     res = results.load(out)

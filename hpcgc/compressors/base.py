@@ -82,8 +82,10 @@ class Param:
     # -- checking --------------------------------------------------------------------------------
     def coerce(self, value: Any, who: str) -> Any:
         """Return ``value`` converted to this parameter's type, or raise ConfigError."""
+        given = value
+
         def bad(why: str):
-            return ConfigError(f"{who}: parameter {self.name}={value!r} {why}; "
+            return ConfigError(f"{who}: parameter {self.name}={given!r} {why}; "
                                f"allowed: {self.allowed()}")
 
         if isinstance(value, str):
@@ -135,8 +137,6 @@ def format_value(v: Any) -> str:
     if isinstance(v, float):
         if math.isinf(v):
             return "inf" if v > 0 else "-inf"
-        if v.is_integer() and abs(v) < 2**53:
-            return repr(v)
         return repr(v)
     return str(v)
 
@@ -366,9 +366,7 @@ class Compressor(ABC):
 
     def _write_scales(self, payload: np.ndarray, scales: np.ndarray) -> None:
         n = scales.shape[0] * self._scale_bytes
-        dt = "<f8" if self._fp64 else "<f4"
-        payload[wire.HEADER_BYTES:wire.HEADER_BYTES + n] = np.frombuffer(
-            scales.astype(dt).tobytes(), dtype=np.uint8)
+        payload[wire.HEADER_BYTES:wire.HEADER_BYTES + n].view("<f8" if self._fp64 else "<f4")[:] = scales
 
 
 FP64_PARAM = Param("fp64", bool, False, doc="send scales/values as float64 instead of float32",

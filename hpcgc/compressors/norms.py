@@ -12,7 +12,12 @@ from numba import njit
 
 @njit(cache=True)
 def block_norms_l2(x, block, norms):
-    """norms[l] = ‖x(l)‖₂ (accumulated in float64)."""
+    """norms[l] = ‖x(l)‖₂, accumulated in float64.
+
+    When the plain sum of squares leaves [1e-280, 1e280] (zero, tiny, huge or non-finite blocks)
+    the block is recomputed scaled by its max, as BLAS dnrm2 does, so tiny vectors do not
+    underflow to a zero norm and finite huge ones do not overflow.
+    """
     d = x.shape[0]
     for l in range(norms.shape[0]):
         start = l * block
@@ -21,7 +26,24 @@ def block_norms_l2(x, block, norms):
         for i in range(start, stop):
             v = np.float64(x[i])
             acc += v * v
-        norms[l] = np.sqrt(acc)
+        if acc >= 1e-280 and acc <= 1e280:
+            norms[l] = np.sqrt(acc)
+            continue
+        m = 0.0
+        chk = 0.0
+        for i in range(start, stop):
+            a = abs(np.float64(x[i]))
+            chk += a * 0.0
+            m = max(m, a)
+        m += chk                                   # NaN if the block holds NaN/Inf
+        if m > 0.0 and m < np.inf:
+            acc = 0.0
+            for i in range(start, stop):
+                v = np.float64(x[i]) / m
+                acc += v * v
+            norms[l] = m * np.sqrt(acc)
+        else:
+            norms[l] = m                           # 0, or non-finite
 
 
 @njit(cache=True)

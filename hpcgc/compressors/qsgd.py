@@ -26,70 +26,60 @@ from ..errors import PayloadError
 from . import wire
 from .base import FP64_PARAM, Compressor, Param
 from .norms import block_norms_l2, n_blocks
-from .prng import next_uniform
+from .prng import uniform_at
+from .wire import CHUNK, pack_fixed_width, unpack_fixed_width
 
 
 @njit(cache=True)
 def qsgd_dither_pack(x, bucket, scales, s, width, seed, out, offset):
-    """Randomly round s|x_i|/scale to a neighbouring integer level (unbiased) and bit-pack
-    (level << 1 | sign) at ``width`` bits per entry into ``out[offset:]``."""
-    state = np.uint64(seed)
+    """Randomly round r = s|x_i|/scale to ⌊r⌋ or ⌊r⌋+1 (P[⌊r⌋+1] = r − ⌊r⌋, unbiased) and bit-pack
+    the fields (level << 1 | sign) at ``width`` bits each into ``out[offset:]``."""
     d = x.shape[0]
-    acc = np.int64(0)
-    nacc = 0
-    pos = offset
-    for l in range(scales.shape[0]):
-        start = l * bucket
-        stop = min(start + bucket, d)
-        sc = scales[l]
-        inv = s / sc if sc > 0.0 else 0.0
-        for i in range(start, stop):
-            v = np.float64(x[i])
-            r = abs(v) * inv
-            lev = np.int64(r)
-            state, u = next_uniform(state)      # one draw per entry, branch-free
-            lev += np.int64(u < r - lev)        # P[lev + 1] = r − lev: unbiased
-            if lev > s:                         # only by rounding in r; r ≤ s in exact arithmetic
-                lev = s
-            field = (lev << 1) | np.int64(v < 0.0 and lev > 0)
-            acc |= field << nacc
-            nacc += width
-            while nacc >= 8:
-                out[pos] = acc & 0xFF
-                acc >>= 8
-                nacc -= 8
-                pos += 1
-    if nacc > 0:
-        out[pos] = acc & 0xFF
+    fields = np.empty(CHUNK, dtype=np.uint32)
+    for c0 in range(0, d, CHUNK):
+        c1 = min(c0 + CHUNK, d)
+        i = c0
+        while i < c1:                       # the buckets that intersect this chunk
+            l = i // bucket
+            e = min((l + 1) * bucket, c1)
+            sc = scales[l]
+            inv = s / sc if sc > 0.0 else 0.0
+            for j in range(i, e):
+                v = np.float64(x[j])
+                r = abs(v) * inv
+                lev = np.int64(r)
+                lev += np.int64(uniform_at(seed, j) < r - lev)
+                lev = min(lev, s)           # r ≤ s in exact arithmetic; guards rounding
+                fields[j - c0] = (lev << 1) | np.int64((v < 0.0) & (lev > 0))
+            i = e
+        pack_fixed_width(fields[:c1 - c0], width, out, offset + (c0 * width) // 8)
 
 
 @njit(cache=True)
 def qsgd_unpack_decode(src, offset, d, bucket, units, width, out, weight, accumulate):
-    """Decode d packed (level, sign) fields: value = ±level·units[bucket].
+    """Decode d packed (level << 1 | sign) fields: value = ±level·units[bucket].
 
     ``accumulate``: out += weight·value, else out = value (weight ignored).
     """
-    mask = (np.int64(1) << width) - 1
-    acc = np.int64(0)
-    nacc = 0
-    pos = offset
-    for l in range(units.shape[0]):
-        start = l * bucket
-        stop = min(start + bucket, d)
-        u = units[l] * weight if accumulate else units[l]
-        for i in range(start, stop):
-            while nacc < width:
-                acc |= np.int64(src[pos]) << nacc
-                pos += 1
-                nacc += 8
-            field = acc & mask
-            acc >>= width
-            nacc -= width
-            val = (field >> 1) * (u - 2.0 * u * (field & 1))
+    fields = np.empty(CHUNK, dtype=np.uint32)
+    for c0 in range(0, d, CHUNK):
+        c1 = min(c0 + CHUNK, d)
+        unpack_fixed_width(src, offset + (c0 * width) // 8, width, fields[:c1 - c0])
+        i = c0
+        while i < c1:
+            l = i // bucket
+            e = min((l + 1) * bucket, c1)
             if accumulate:
-                out[i] += val
+                u = units[l] * weight
+                for j in range(i, e):
+                    f = np.int64(fields[j - c0])
+                    out[j] += (f >> 1) * (u - 2.0 * u * (f & 1))
             else:
-                out[i] = val
+                u = units[l]
+                for j in range(i, e):
+                    f = np.int64(fields[j - c0])
+                    out[j] = (f >> 1) * (u - 2.0 * u * (f & 1))
+            i = e
 
 
 class QSGD(Compressor):

@@ -31,64 +31,58 @@ from ..errors import PayloadError
 from . import wire
 from .base import FP64_PARAM, Compressor, Param
 from .norms import block_norms_l2, block_norms_linf, n_blocks
-from .prng import next_uniform
+from .prng import uniform_at
+from .wire import CHUNK, TRITS_PER_BYTE, pack_trits, unpack_trits
 
 
 @njit(cache=True)
 def ternary_dither_pack(x, block, scales, seed, out, offset):
-    """ξ_j ~ Bernoulli(|x_j|/scale_l); trit = 0 if ξ_j = 0, 1 if x_j > 0, 2 if x_j < 0; packed
-    5 per byte into ``out[offset:]``."""
-    state = np.uint64(seed)
+    """ξ_j ~ Bernoulli(|x_j|/scale_l) (uniform_at(seed, j) < |x_j|/scale_l); trit = 0 if ξ_j = 0,
+    1 if x_j > 0, 2 if x_j < 0; packed 5 per byte into ``out[offset:]`` (⌈d/5⌉ bytes)."""
     d = x.shape[0]
-    pos = offset
-    byte = 0
-    mul = 1
-    for l in range(scales.shape[0]):
-        start = l * block
-        stop = min(start + block, d)
-        sc = scales[l]
-        inv = 1.0 / sc if sc > 0.0 else 0.0
-        for i in range(start, stop):
-            v = np.float64(x[i])
-            state, u = next_uniform(state)
-            # trit = ξ·(1 + [v < 0]), ξ = [u < |v|/scale]: branch-free
-            byte += mul * np.int64(u < abs(v) * inv) * (1 + np.int64(v < 0.0))
-            mul *= 3
-            if mul == 243:
-                out[pos] = byte
-                pos += 1
-                byte = 0
-                mul = 1
-    if mul != 1:
-        out[pos] = byte
+    trits = np.empty(CHUNK, dtype=np.uint8)
+    for c0 in range(0, d, CHUNK):
+        c1 = min(c0 + CHUNK, d)
+        i = c0
+        while i < c1:                       # the blocks that intersect this chunk
+            l = i // block
+            e = min((l + 1) * block, c1)
+            sc = scales[l]
+            inv = 1.0 / sc if sc > 0.0 else 0.0
+            for j in range(i, e):
+                v = np.float64(x[j])
+                xi = np.int64(uniform_at(seed, j) < abs(v) * inv)
+                trits[j - c0] = xi * (1 + np.int64(v < 0.0))
+            i = e
+        pack_trits(trits[:c1 - c0], out, offset + c0 // TRITS_PER_BYTE)
 
 
 @njit(cache=True)
 def ternary_unpack_decode(src, offset, d, block, scales, out, weight, accumulate):
-    """Decode d packed trits: value = {0, +scale_l, −scale_l}[trit].
+    """Decode d packed trits: value = (0, +scale_l, −scale_l)[trit].
 
-    ``accumulate``: out += weight·value, else out = value (weight ignored). Bytes must be < 243.
+    ``accumulate``: out += weight·value, else out = value (weight ignored). The caller has
+    checked that every byte is < 243.
     """
-    pos = offset
-    byte = np.int64(src[pos])
-    k = 0
-    for l in range(scales.shape[0]):
-        start = l * block
-        stop = min(start + block, d)
-        u = scales[l] * weight if accumulate else scales[l]
-        for i in range(start, stop):
-            if k == 5:
-                pos += 1
-                byte = np.int64(src[pos])
-                k = 0
-            t = byte % 3
-            byte //= 3
-            k += 1
-            val = u * ((t & 1) - (t >> 1))      # trit 0, 1, 2 -> 0, +u, −u
+    trits = np.empty(CHUNK, dtype=np.uint8)
+    for c0 in range(0, d, CHUNK):
+        c1 = min(c0 + CHUNK, d)
+        unpack_trits(src, offset + c0 // TRITS_PER_BYTE, trits[:c1 - c0])
+        i = c0
+        while i < c1:
+            l = i // block
+            e = min((l + 1) * block, c1)
             if accumulate:
-                out[i] += val
+                u = scales[l] * weight
+                for j in range(i, e):
+                    t = np.int64(trits[j - c0])
+                    out[j] += u * ((t & 1) - (t >> 1))      # trit 0, 1, 2 -> 0, +u, −u
             else:
-                out[i] = val
+                u = scales[l]
+                for j in range(i, e):
+                    t = np.int64(trits[j - c0])
+                    out[j] = u * ((t & 1) - (t >> 1))
+            i = e
 
 
 class Quant(Compressor):

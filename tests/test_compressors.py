@@ -1,0 +1,793 @@
+"""Tests for hpcgc.compressors: statistics (unbiasedness, variance vs ω), exact round trips, wire
+size vs model bits, determinism, error handling, and hypothesis properties over d, params, inputs.
+
+Monte-Carlo checks use fixed seeds, so they are deterministic; tolerances are 4 standard errors.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hpcgc import compressors
+from hpcgc.compressors import wire
+from hpcgc.compressors.norms import block_norms_l2, block_norms_linf
+from hpcgc.compressors.prng import next_below, uniform_at
+from hpcgc.errors import ConfigError, PayloadError
+
+UNBIASED_SPECS = [
+    "identity:fp64=true",
+    "qsgd:s=1",
+    "qsgd:s=4,bucket=16",
+    "qsgd:s=3,bucket=50",
+    "qsgd:s=4,fp64=true",
+    "quant:p=2",
+    "quant:p=2,block=10",
+    "quant:p=inf,block=7",
+    "terngrad",
+    "randk:k=5",
+    "randk:k=37",
+]
+ALL_SPECS = ["identity", "identity:fp64=true", "qsgd", "qsgd:s=1", "qsgd:s=7,bucket=64",
+             "qsgd:s=255,bucket=512", "quant", "quant:p=inf,block=32", "quant:p=2,block=100",
+             "terngrad", "terngrad:block=33", "randk:k=1", "randk:k=10", "randk:k=1000",
+             "randk:k=3,fp64=true", "quant:p=inf,fp64=true"]
+
+
+def rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def draws(c, x, n, seed=0):
+    """n decoded samples C(x) as an (n, d) array."""
+    g = rng(seed)
+    d = x.shape[0]
+    return np.stack([c.decompress(c.compress(x, g), d) for _ in range(n)])
+
+
+def f32_up(v):
+    """Float32 rounding-up of float64 norms, as the compressors send them (float64 result)."""
+    return wire.round_up_to_float32(np.asarray(v, dtype=np.float64))
+
+
+def block_scales(x, b, p):
+    m = -(-x.shape[0] // b)
+    norms = np.empty(m)
+    (block_norms_l2 if p == 2 else block_norms_linf)(x, b, norms)
+    return norms
+
+
+def coord_variance(c, x):
+    """Per-coordinate Var C(x)_j in closed form (scales as sent: float32 rounded up)."""
+    d = x.shape[0]
+    if c.name in ("quant", "terngrad"):
+        b = c.block_size(d)
+        sc = block_scales(x, b, c.p)
+        sc = sc if c.params["fp64"] else f32_up(sc)
+        per = np.repeat(sc, b)[:d]
+        return np.abs(x) * per - x**2                   # Σ_j: ‖Δ(l)‖₁‖Δ(l)‖_p − ‖Δ(l)‖₂²
+    if c.name == "qsgd":
+        b = c.bucket_size(d)
+        sc = block_scales(x, b, 2)
+        sc = sc if c.params["fp64"] else f32_up(sc)
+        unit = np.repeat(sc, b)[:d] / c.s
+        r = np.abs(x) / np.where(unit > 0, unit, 1.0)
+        frac = r - np.floor(r)
+        return unit**2 * frac * (1 - frac)
+    if c.name == "randk":
+        return (d / c.k - 1.0) * x**2
+    if c.name == "identity":
+        return np.zeros(d)
+    raise AssertionError(c.name)
+
+
+def exact_variance(c, x):
+    """E‖C(x) − x‖² in closed form."""
+    return float(np.sum(coord_variance(c, x)))
+
+
+# ------------------------------------------------------------------------------------------------
+# registry, specs, describe
+# ------------------------------------------------------------------------------------------------
+
+def test_registry_and_describe():
+    names = compressors.available()
+    assert names == sorted(names)
+    assert {"identity", "qsgd", "quant", "terngrad", "randk"} <= set(names)
+    for n in names:
+        line = compressors.describe(n)
+        assert "\n" not in line and line.startswith(n + ":")
+        assert compressors.REGISTRY[n].name == n
+    assert "s=4" in compressors.describe("qsgd") and "bucket=0" in compressors.describe("qsgd")
+    assert "k=required" in compressors.describe("randk")
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS)
+def test_spec_round_trip(spec):
+    c = compressors.make(spec)
+    c2 = compressors.make(c.spec)
+    assert c2 == c and c2.spec == c.spec and c2.params == c.params
+    assert compressors.make(c.name, **c.params) == c
+    assert isinstance(c.unbiased, bool)
+
+
+def test_spec_canonical_forms():
+    assert compressors.make("qsgd", s=4).spec == "qsgd:s=4,bucket=0"
+    assert compressors.make("qsgd:s=4").spec == "qsgd:s=4,bucket=0"
+    assert compressors.make(" QSGD : s = 4 , bucket = 512 ").spec == "qsgd:s=4,bucket=512"
+    assert compressors.make("qsgd:s=4,fp64=true").spec == "qsgd:s=4,bucket=0,fp64=true"
+    assert compressors.make("quant:p=inf,block=32").spec == "quant:p=inf,block=32"
+    assert compressors.make("quant:p=2.0,block=32.0").spec == "quant:p=2,block=32"
+    assert compressors.make("quant", p=float("inf")).spec == "quant:p=inf,block=inf"
+    assert compressors.make("terngrad").spec == "terngrad:block=inf"
+    assert compressors.make("randk:k=10").spec == "randk:k=10"
+    assert compressors.make("randk:k=1e3").params["k"] == 1000
+    assert compressors.make("randk", k=np.int64(7)).params == {"k": 7, "fp64": False}
+    assert compressors.make("identity").spec == "identity"
+    c = compressors.make("qsgd:s=4")
+    assert compressors.make(c) is c
+    assert compressors.make(c, bucket=8).spec == "qsgd:s=4,bucket=8"
+
+
+def test_omega_values():
+    assert compressors.make("identity").omega(100) == 0.0
+    assert compressors.make("randk:k=10").omega(100) == pytest.approx(9.0)
+    q = compressors.make("qsgd:s=4")
+    assert q.omega(400) == pytest.approx(min(400 / 16, 20 / 4))
+    assert compressors.make("qsgd:s=4,bucket=64").omega(400) == pytest.approx(min(64 / 16, 8 / 4))
+    assert compressors.make("qsgd:s=4,bucket=1000").omega(400) == q.omega(400)
+    assert compressors.make("quant:p=2").omega(400) == pytest.approx(19.0)
+    assert compressors.make("quant:p=inf").omega(400) == pytest.approx(9.5)
+    assert compressors.make("quant:p=inf,block=16").omega(400) == pytest.approx(1.5)
+    assert compressors.make("quant:p=2,block=1000").omega(400) == pytest.approx(19.0)
+    assert compressors.make("terngrad").omega(400) == pytest.approx(9.5)
+    for name in compressors.available():
+        c = compressors.make(name, **({"k": 1} if name == "randk" else {}))
+        assert c.unbiased and c.omega(10) is not None
+
+
+# ------------------------------------------------------------------------------------------------
+# statistics
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", UNBIASED_SPECS)
+def test_unbiased(spec):
+    c = compressors.make(spec)
+    g = rng(11)
+    d = 123 if "randk" in spec else 200
+    x = g.standard_t(2.5, size=d)
+    x[3] = 0.0
+    n = 2000
+    y = draws(c, x, n, seed=zlib.crc32(spec.encode()))
+    mean = y.mean(axis=0)
+    # exact standard errors: empirical ones are unreliable for rarely-kept coordinates
+    se = np.sqrt(coord_variance(c, x) / n)
+    assert np.all(np.abs(mean - x) <= 4 * se + 1e-6 * np.abs(x)), spec
+    # aggregate check, sensitive to a small common bias: mean squared z-score ≈ 1
+    ok = se > 1e-9 * np.abs(x)
+    if ok.any():
+        z = (mean[ok] - x[ok]) / se[ok]
+        assert np.mean(z**2) < 1.5, spec
+    assert np.all(y[:, 3] == 0.0)
+
+
+def test_identity_float32_is_rounding():
+    x = rng(1).standard_normal(50)
+    c = compressors.make("identity")
+    y = c.decompress(c.compress(x, rng()), 50)
+    assert np.array_equal(y, x.astype(np.float32).astype(np.float64))
+
+
+def _mc_variance(c, x, n, seed):
+    y = draws(c, x, n, seed)
+    err = np.sum((y - x) ** 2, axis=1)
+    return err.mean(), err.std(ddof=1) / math.sqrt(n)
+
+
+@pytest.mark.parametrize("spec,d,kind,omega_exact", [
+    ("quant:p=2", 400, "flat", 19.0),
+    ("quant:p=2,block=25", 400, "flat", 4.0),
+    ("quant:p=inf", 400, "spike", 9.5),
+    ("terngrad", 400, "spike", 9.5),
+    ("quant:p=inf,block=16", 400, "spike", 1.5),
+    ("randk:k=10", 300, "t", 29.0),
+    ("randk:k=150", 300, "flat", 1.0),
+])
+def test_variance_tight(spec, d, kind, omega_exact):
+    """Worst-case vectors attain ω (the Monte-Carlo estimate matches ω within 4 SE)."""
+    c = compressors.make(spec)
+    assert c.omega(d) == pytest.approx(omega_exact)
+    if kind == "flat":
+        x = np.full(d, 0.7)
+    elif kind == "spike":
+        b = c.block_size(d)
+        blk = np.full(b, 1.0 / (math.sqrt(b) + 1.0))
+        blk[0] = 1.0
+        x = np.tile(blk, d // b)
+    else:
+        x = rng(5).standard_t(1.5, size=d)
+    nx2 = float(x @ x)
+    est, se = _mc_variance(c, x, 2000, seed=3)
+    # exact value: closed form with float32 scales; ≈ ω‖x‖² up to float32 rounding of the norm
+    exact = exact_variance(c, x)
+    assert exact == pytest.approx(omega_exact * nx2, rel=1e-6)
+    assert abs(est - exact) <= 4 * se + 1e-6 * exact, (est / nx2, omega_exact)
+
+
+@pytest.mark.parametrize("spec", ["qsgd:s=1", "qsgd:s=2", "qsgd:s=8,bucket=32", "qsgd:s=16",
+                                  "quant:p=2", "quant:p=inf", "quant:p=2,block=24",
+                                  "terngrad:block=50", "randk:k=20"])
+@pytest.mark.parametrize("kind", ["flat", "cauchy", "t2", "normal", "spike", "sparse"])
+def test_variance_bound(spec, kind):
+    """E‖C(x) − x‖² ≤ ω‖x‖²: exact closed form on every vector; Monte Carlo on each."""
+    c = compressors.make(spec)
+    g = rng(7)
+    d = 240
+    x = {"flat": np.ones(d), "cauchy": g.standard_cauchy(d), "t2": g.standard_t(2, d),
+         "normal": g.standard_normal(d), "spike": np.r_[1.0, np.full(d - 1, 0.06)],
+         "sparse": np.where(g.random(d) < 0.05, g.standard_normal(d), 0.0)}[kind]
+    nx2 = float(x @ x)
+    omega = c.omega(d)
+    exact = exact_variance(c, x)
+    assert exact <= omega * nx2 * (1 + 1e-6)
+    est, se = _mc_variance(c, x, 400, seed=9)
+    assert abs(est - exact) <= 4 * se + 1e-12 * nx2
+    assert est <= omega * nx2 + 4 * se
+
+
+def test_randk_inclusion_uniform():
+    """Every coordinate is kept with probability k/d; index sets have k distinct elements."""
+    d, k, n = 50, 7, 4000
+    c = compressors.make("randk", k=k)
+    x = np.arange(1.0, d + 1)
+    y = draws(c, x, n, seed=2)
+    kept = y != 0
+    assert np.all(kept.sum(axis=1) == k)
+    freq = kept.mean(axis=0)
+    p = k / d
+    assert np.all(np.abs(freq - p) <= 4 * math.sqrt(p * (1 - p) / n))
+
+
+def test_prng_helpers():
+    u = np.array([uniform_at(np.uint64(12345), i) for i in range(20000)])
+    assert 0.0 <= u.min() and u.max() < 1.0
+    assert abs(u.mean() - 0.5) < 4 * math.sqrt(1 / 12 / u.size)
+    st_ = np.uint64(99)
+    counts = np.zeros(7)
+    for _ in range(7000):
+        st_, t = next_below(np.uint64(st_), 7)
+        counts[t] += 1
+    assert counts.min() > 850 and counts.max() < 1150
+
+
+# ------------------------------------------------------------------------------------------------
+# exact round trips
+# ------------------------------------------------------------------------------------------------
+
+def check_decoded(c, x, y):
+    """y = decompress(compress(x)) takes the values the mathematics allows."""
+    d = x.shape[0]
+    assert y.dtype == np.float64 and y.shape == (d,)
+    nonzero = y != 0
+    assert np.all(np.sign(y[nonzero]) == np.sign(x[nonzero]))
+    assert np.all(y[x == 0] == 0)
+    if c.name == "identity":
+        want = x if c.params["fp64"] else x.astype(np.float32).astype(np.float64)
+        assert np.array_equal(y, want)
+    elif c.name in ("quant", "terngrad"):
+        b = c.block_size(d)
+        sc = block_scales(x, b, c.p)
+        sc = sc if c.params["fp64"] else f32_up(sc)
+        per = np.repeat(sc, b)[:d]
+        assert np.all((np.abs(y) == per) | (y == 0))
+        if c.p == math.inf:       # the max entry of each block is always kept
+            for l in range(sc.shape[0]):
+                blk = slice(l * b, min((l + 1) * b, d))
+                j = l * b + int(np.argmax(np.abs(x[blk])))
+                if x[j] != 0 and c.params["fp64"]:
+                    assert abs(y[j]) == sc[l]
+    elif c.name == "qsgd":
+        b = c.bucket_size(d)
+        sc = block_scales(x, b, 2)
+        sc = sc if c.params["fp64"] else f32_up(sc)
+        unit = np.repeat(sc / c.s, b)[:d]
+        safe = np.where(unit > 0, unit, 1.0)
+        lev = np.abs(y) / safe
+        assert np.allclose(lev, np.round(lev), rtol=0, atol=1e-9 * c.s)
+        r = np.abs(x) / safe                       # lev ∈ {⌊r⌋, ⌊r⌋ + 1}, up to rounding in r
+        lev = np.round(lev)
+        assert np.all(lev >= np.floor(r * (1 - 1e-12)))
+        assert np.all(lev <= np.minimum(np.floor(r * (1 + 1e-12)) + 1, c.s))
+    elif c.name == "randk":
+        k = c.k
+        scale = d / k
+        assert np.count_nonzero(y) <= k
+        vals = x if c.params["fp64"] else x.astype(np.float32).astype(np.float64)
+        nz = np.flatnonzero(y)
+        assert np.array_equal(y[nz], scale * vals[nz])
+    else:
+        raise AssertionError(c.name)
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_round_trip(spec, dtype):
+    c = compressors.make(spec)
+    d = 1000
+    x = rng(4).standard_t(3, size=d).astype(dtype)
+    x[::97] = 0.0
+    p = c.compress(x, rng(8))
+    assert isinstance(p, np.ndarray) and p.dtype == np.uint8 and p.ndim == 1
+    y = c.decompress(p, d)
+    check_decoded(c, x.astype(np.float64), y)
+    out = rng(9).standard_normal(d)
+    ref = out + 0.37 * y
+    c.decompress_add(p, d, out, 0.37)
+    np.testing.assert_allclose(out, ref, rtol=1e-13, atol=1e-300)
+    # payload given as bytes, or as an unaligned slice of a bigger buffer (as from Gatherv)
+    big = np.zeros(p.size + 3, dtype=np.uint8)
+    big[3:] = p
+    np.testing.assert_array_equal(c.decompress(big[3:], d), y)
+    np.testing.assert_array_equal(c.decompress(p.tobytes(), d), y)
+
+
+def test_randk_exact_k_nonzeros():
+    d, k = 1000, 37
+    x = rng(3).standard_normal(d) + 10.0   # no zeros
+    c = compressors.make("randk", k=k)
+    y = c.decompress(c.compress(x, rng(1)), d)
+    nz = np.flatnonzero(y)
+    assert nz.size == k
+    np.testing.assert_array_equal(y[nz], (d / k) * x[nz].astype(np.float32).astype(np.float64))
+
+
+def test_randk_all_coordinates():
+    d = 64
+    x = rng(3).standard_normal(d)
+    c = compressors.make("randk:k=64,fp64=true")
+    np.testing.assert_array_equal(c.decompress(c.compress(x, rng(1)), d), x)
+
+
+def test_zero_vector_and_huge_values():
+    for spec in ALL_SPECS:
+        c = compressors.make(spec)
+        d = 1500
+        if spec.startswith("randk") and c.k > d:
+            continue
+        y = c.decompress(c.compress(np.zeros(d), rng()), d)
+        assert np.all(y == 0), spec
+    # tiny vectors do not underflow to a zero norm; huge ones need fp64 scales
+    x = np.full(100, 1e-170)
+    c = compressors.make("quant:p=2,fp64=true")
+    assert c.decompress(c.compress(x, rng()), 100).sum() > 0
+    x = np.full(100, 1e200)
+    c = compressors.make("qsgd:s=4,fp64=true")
+    y = c.decompress(c.compress(x, rng()), 100)
+    assert np.all(np.isfinite(y)) and np.allclose(y.mean(), 1e200, rtol=0.5)
+    with pytest.raises(ValueError, match="fp64"):
+        compressors.make("qsgd:s=4").compress(x, rng())
+
+
+# ------------------------------------------------------------------------------------------------
+# wire size vs model bits
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", ALL_SPECS)
+@pytest.mark.parametrize("d", [10_000, 10_007, 65_543])
+def test_wire_close_to_model_bits(spec, d):
+    c = compressors.make(spec)
+    x = rng(2).standard_normal(d)
+    p = c.compress(x, rng(3))
+    wire_bits = 8 * p.size
+    model = c.model_bits(p, d)
+    assert isinstance(model, int)
+    assert abs(wire_bits - model) <= 0.05 * model + 128, (spec, wire_bits, model)
+
+
+def test_model_bits_formulas():
+    d = 1000
+    x = rng(2).standard_normal(d)
+    cases = {
+        "identity": 32 * d,
+        "identity:fp64=true": 64 * d,
+        "qsgd:s=4": 32 + d * (1 + 3),
+        "qsgd:s=3,bucket=64": 32 * 16 + d * (1 + 2),
+        "qsgd:s=1,bucket=64,fp64=true": 64 * 16 + d * 2,
+        "quant:p=2": 32 + math.ceil(d * math.log2(3)),
+        "quant:p=inf,block=32": 32 * 32 + math.ceil(d * math.log2(3)),
+        "terngrad": 32 + 1585,
+        "randk:k=10": 10 * (32 + 10),
+        "randk:k=10,fp64=true": 10 * (64 + 10),
+    }
+    for spec, bits in cases.items():
+        c = compressors.make(spec)
+        assert c.model_bits(c.compress(x, rng()), d) == bits, spec
+    assert wire.ternary_bits(1) == 2 and wire.ternary_bits(5) == 8 and wire.ternary_bits(1000) == 1585
+    assert all(wire.ternary_bits(n) == (3**n - 1).bit_length() for n in range(1, 300))
+
+
+def test_payload_sizes_exact():
+    d = 1001
+    x = rng(2).standard_normal(d)
+    H = wire.HEADER_BYTES
+    assert H <= 16
+    sizes = {
+        "identity": H + 4 * d,
+        "qsgd:s=4,bucket=100": H + 4 * 11 + math.ceil(d * 4 / 8),
+        "quant:p=inf,block=100": H + 4 * 11 + math.ceil(d / 5),
+        "randk:k=10": H + 40 + math.ceil(10 * 10 / 8),
+        "randk:k=1,fp64=true": H + 8 + 2,
+    }
+    for spec, n in sizes.items():
+        c = compressors.make(spec)
+        assert c.compress(x, rng()).size == n, spec
+    c = compressors.make("randk:k=1")
+    assert c.compress(np.ones(1), rng()).size == H + 4      # d = 1: zero-width index
+
+
+# ------------------------------------------------------------------------------------------------
+# determinism
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", ALL_SPECS)
+def test_deterministic(spec):
+    c = compressors.make(spec)
+    x = rng(5).standard_normal(5000)
+    g1, g2 = rng(42), rng(42)
+    p1 = [c.compress(x, g1) for _ in range(3)]
+    p2 = [c.compress(x, g2) for _ in range(3)]
+    for a, b in zip(p1, p2):
+        np.testing.assert_array_equal(a, b)
+    assert g1.integers(2**62) == g2.integers(2**62)         # both drew the same amount
+    if c.name not in ("identity",) and not (c.name == "randk" and c.k >= 5000):
+        assert not np.array_equal(p1[0], p1[1])              # fresh randomness every call
+    # a compressor draws exactly one number from the Generator per call
+    g3, g4 = rng(7), rng(7)
+    c.compress(x, g3)
+    g4.integers(0, 2**64, dtype=np.uint64)
+    assert g3.integers(2**62) == g4.integers(2**62)
+
+
+# ------------------------------------------------------------------------------------------------
+# errors
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec,kwargs,param", [
+    ("qsgd", {"s": 0}, "s"),
+    ("qsgd", {"s": -3}, "s"),
+    ("qsgd", {"s": 2.5}, "s"),
+    ("qsgd", {"s": True}, "s"),
+    ("qsgd", {"s": "four"}, "s"),
+    ("qsgd", {"s": 2**31}, "s"),
+    ("qsgd", {"s": float("inf")}, "s"),
+    ("qsgd", {"bucket": -1}, "bucket"),
+    ("qsgd:s=nan", {}, "s"),
+    ("quant", {"p": 3}, "p"),
+    ("quant", {"p": 1}, "p"),
+    ("quant", {"p": "two"}, "p"),
+    ("quant", {"block": 0}, "block"),
+    ("quant", {"block": -4}, "block"),
+    ("quant", {"block": 2.5}, "block"),
+    ("quant:block=-inf", {}, "block"),
+    ("terngrad", {"block": 0}, "block"),
+    ("terngrad", {"p": 2}, "p"),
+    ("randk", {}, "k"),
+    ("randk", {"k": 0}, "k"),
+    ("randk", {"k": -1}, "k"),
+    ("identity", {"fp64": "maybe"}, "fp64"),
+    ("identity", {"fp64": 1}, "fp64"),
+    ("qsgd:foo=1", {}, "foo"),
+    ("qsgd:s=4", {"s": 4}, "s"),
+    ("qsgd:s=4,s=5", {}, "s"),
+])
+def test_config_errors(spec, kwargs, param):
+    with pytest.raises(ConfigError) as ei:
+        compressors.make(spec, **kwargs)
+    msg = str(ei.value)
+    assert param in msg
+    assert spec.split(":")[0] in msg
+
+
+def test_config_error_messages_name_range():
+    with pytest.raises(ConfigError, match=r"qsgd: parameter s=0 .*integer >= 1"):
+        compressors.make("qsgd", s=0)
+    with pytest.raises(ConfigError, match=r"quant: parameter p=3 .*one of 2, inf"):
+        compressors.make("quant:p=3")
+    with pytest.raises(ConfigError, match=r"unknown parameter 'foo'; parameters: s, bucket, fp64"):
+        compressors.make("qsgd", foo=1)
+
+
+def test_unknown_compressor_lists_available():
+    with pytest.raises(ConfigError, match="unknown compressor 'nope'; available: identity, qsgd"):
+        compressors.make("nope")
+    with pytest.raises(ConfigError, match="available"):
+        compressors.describe("nope:k=1")
+    with pytest.raises(ConfigError):
+        compressors.make("qsgd:s")
+    with pytest.raises(ConfigError):
+        compressors.make(3)
+
+
+def test_k_larger_than_d():
+    c = compressors.make("randk:k=10")
+    with pytest.raises(ConfigError, match=r"randk: parameter k=10 .*d=5"):
+        c.validate(5)
+    with pytest.raises(ConfigError, match="k=10"):
+        c.compress(np.ones(5), rng())
+    c.validate(10)
+    for bad in (0, -1, 2**32, 2.0, True):
+        with pytest.raises(ConfigError, match="d"):
+            compressors.make("qsgd").validate(bad)
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS)
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("where", [0, 777, 1999])
+def test_nonfinite_input(spec, bad, where):
+    c = compressors.make(spec)
+    x = rng(1).standard_normal(2000)
+    x[where] = bad
+    with pytest.raises(ValueError, match="non-finite"):
+        c.compress(x, rng())
+    with pytest.raises(ValueError, match="non-finite"):
+        c.compress(x.astype(np.float32), rng())
+
+
+def test_float32_overflow_values():
+    x = np.ones(10)
+    x[4] = 1e39
+    for spec in ("identity", "randk:k=10", "quant", "qsgd", "terngrad"):
+        with pytest.raises(ValueError, match="fp64=true"):
+            compressors.make(spec).compress(x, rng())
+        c = compressors.make(spec, fp64=True)
+        assert np.isfinite(c.decompress(c.compress(x, rng()), 10)).all()
+
+
+def test_bad_input_shapes():
+    c = compressors.make("qsgd")
+    with pytest.raises(ValueError):
+        c.compress(np.ones((3, 3)), rng())
+    with pytest.raises(ConfigError):
+        c.compress(np.ones(0), rng())
+    with pytest.raises(ValueError):
+        c.compress(np.array(["a", "b"]), rng())
+    y = c.decompress(c.compress(np.arange(10), rng()), 10)     # ints are converted
+    assert y.shape == (10,)
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS)
+def test_payload_errors(spec):
+    c = compressors.make(spec)
+    d = 3000
+    x = rng(1).standard_normal(d)
+    p = c.compress(x, rng(2))
+    out = np.zeros(d)
+
+    def bad(payload, dd=d, match=None):
+        with pytest.raises(PayloadError, match=match):
+            c.decompress(payload, dd)
+        with pytest.raises(PayloadError, match=match):
+            c.model_bits(payload, dd)
+        if dd == d:
+            with pytest.raises(PayloadError, match=match):
+                c.decompress_add(payload, dd, out, 1.0)
+            assert np.all(out == 0)                        # untouched
+
+    bad(p[:-1], match="truncated")
+    bad(p[:3], match="truncated")
+    bad(p[:0])
+    bad(np.r_[p, np.uint8(0)], match="trailing")
+    bad(p, d + 1, match="dimension")
+    bad(p, d - 1, match="dimension")
+    for i, match in ((0, "format"), (1, "flags"), (2, "parameters"), (3, "parameters"), (4, "dimension"),
+                     (7, "dimension")):
+        q = p.copy()
+        q[i] ^= 0x10
+        bad(q, match=match)
+    with pytest.raises(PayloadError):
+        c.decompress(p.astype(np.int16), d)
+    with pytest.raises(PayloadError):
+        c.decompress(p.reshape(1, -1), d)
+    with pytest.raises(PayloadError):
+        c.decompress(p, 0)
+
+
+def test_payload_parameter_mismatch():
+    x = rng(1).standard_normal(100)
+    p = compressors.make("qsgd:s=4").compress(x, rng())
+    with pytest.raises(PayloadError, match="different parameters"):
+        compressors.make("qsgd:s=8").decompress(p, 100)
+    with pytest.raises(PayloadError, match="format"):
+        compressors.make("quant").decompress(p, 100)
+    p = compressors.make("quant:p=inf,block=inf").compress(x, rng())
+    with pytest.raises(PayloadError):
+        compressors.make("terngrad").decompress(p, 100)
+    with pytest.raises(PayloadError, match="flags"):
+        compressors.make("quant:p=inf,fp64=true").decompress(p, 100)
+
+
+def test_payload_body_corruption():
+    d = 1000
+    x = rng(1).standard_normal(d)
+    H = wire.HEADER_BYTES
+    out = np.zeros(d)
+    # quant: a trit byte ≥ 243
+    c = compressors.make("quant:p=2")
+    p = c.compress(x, rng())
+    p[H + 4 + 17] = 250
+    with pytest.raises(PayloadError, match="243"):
+        c.decompress(p, d)
+    # quant: nonzero padding trits (d = 1001: the last byte holds one trit)
+    p = c.compress(np.r_[x, 1.0], rng())
+    p[-1] = 3
+    with pytest.raises(PayloadError, match="padding"):
+        c.decompress(p, d + 1)
+    # qsgd s=4 (3 level bits, 4-bit fields): a level of 7 > s
+    c = compressors.make("qsgd:s=4")
+    p = c.compress(x, rng())
+    p[H + 4 + 10] = 0xFF
+    with pytest.raises(PayloadError, match="level"):
+        c.decompress_add(p, d, out, 1.0)
+    assert np.all(out == 0)
+    # NaN or negative norm
+    for bad_norm in (np.nan, -1.0):
+        p = c.compress(x, rng())
+        p[H:H + 4] = np.frombuffer(np.float32(bad_norm).tobytes(), np.uint8)
+        with pytest.raises(PayloadError, match="norm"):
+            c.decompress(p, d)
+    # randk: indices out of range / not increasing
+    c = compressors.make("randk:k=10")
+    p = c.compress(x, rng())
+    q = p.copy()
+    q[H + 40:] = 0xFF             # every index = 1023 ≥ d
+    with pytest.raises(PayloadError, match="indices"):
+        c.decompress_add(q, d, out, 1.0)
+    q = p.copy()
+    q[H + 40:] = 0                # all indices 0: duplicates
+    with pytest.raises(PayloadError, match="indices"):
+        c.decompress(q, d)
+    assert np.all(out == 0)
+
+
+def test_decompress_add_out_checks():
+    c = compressors.make("qsgd")
+    p = c.compress(np.ones(10), rng())
+    for out in (np.zeros(11), np.zeros(10, np.float32), np.zeros((10, 1)), np.zeros(20)[::2]):
+        with pytest.raises(ValueError):
+            c.decompress_add(p, 10, out, 1.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# kernels against numpy
+# ------------------------------------------------------------------------------------------------
+
+@given(st.lists(st.integers(0, 2**32 - 1), max_size=200), st.integers(0, 32), st.integers(0, 3))
+@settings(max_examples=60, deadline=None)
+def test_pack_unpack_fixed_width(vals, width, offset):
+    v = np.array(vals, dtype=np.int64) & ((1 << width) - 1)
+    nbytes = wire.packed_bytes(v.size, width)
+    out = np.full(offset + nbytes + 2, 0xAB, dtype=np.uint8)
+    wire.pack_fixed_width(v, width, out, offset)
+    assert np.all(out[:offset] == 0xAB) and np.all(out[offset + nbytes:] == 0xAB)
+    # LSB-first stream, compared with numpy's bit order
+    bits = ((v[:, None] >> np.arange(width)) & 1).astype(np.uint8).ravel()
+    np.testing.assert_array_equal(out[offset:offset + nbytes],
+                                  np.packbits(bits, bitorder="little") if bits.size else out[offset:offset])
+    back = np.empty(v.size, dtype=np.int64)
+    wire.unpack_fixed_width(out, offset, width, back)
+    np.testing.assert_array_equal(back, v)
+    assert wire.count_fields_above(out, offset, v.size, width, -1) == v.size
+
+
+@given(st.lists(st.integers(0, 2), max_size=300))
+@settings(max_examples=60, deadline=None)
+def test_pack_unpack_trits(trits):
+    t = np.array(trits, dtype=np.uint8)
+    out = np.zeros(wire.trit_bytes(t.size), dtype=np.uint8)
+    wire.pack_trits(t, out, 0)
+    pad = np.r_[t, np.zeros(-t.size % 5, np.uint8)].reshape(-1, 5).astype(np.int64)
+    np.testing.assert_array_equal(out, pad @ (3 ** np.arange(5)))
+    back = np.empty_like(t)
+    assert wire.unpack_trits(out, 0, back) == 0
+    np.testing.assert_array_equal(back, t)
+
+
+def test_block_norm_kernels():
+    x = rng(0).standard_cauchy(1003)
+    for b in (1, 7, 1000, 1003):
+        m = -(-x.size // b)
+        pad = np.r_[x, np.zeros(-x.size % b)].reshape(m, b)
+        np.testing.assert_allclose(block_scales(x, b, 2), np.linalg.norm(pad, axis=1), rtol=1e-13)
+        np.testing.assert_array_equal(block_scales(x, b, math.inf), np.abs(pad).max(axis=1))
+    assert block_scales(np.full(4, 1e-200), 4, 2)[0] == pytest.approx(2e-200)
+    assert block_scales(np.full(4, 1e200), 4, 2)[0] == pytest.approx(2e200)
+
+
+# ------------------------------------------------------------------------------------------------
+# hypothesis properties over d, parameters and special inputs
+# ------------------------------------------------------------------------------------------------
+
+@st.composite
+def compressor_specs(draw, d):
+    name = draw(st.sampled_from(["identity", "qsgd", "quant", "terngrad", "randk"]))
+    fp64 = draw(st.booleans())
+    if name == "qsgd":
+        params = {"s": draw(st.sampled_from([1, 2, 3, 4, 7, 8, 15, 100, 255, 256, 2**20])),
+                  "bucket": draw(st.one_of(st.just(0), st.integers(1, 70), st.integers(1, 4000)))}
+    elif name in ("quant", "terngrad"):
+        params = {"block": draw(st.one_of(st.just(math.inf), st.integers(1, 70), st.integers(1, 4000)))}
+        if name == "quant":
+            params["p"] = draw(st.sampled_from([2, math.inf]))
+    elif name == "randk":
+        params = {"k": draw(st.integers(1, d))}
+    else:
+        params = {}
+    return compressors.make(name, fp64=fp64, **params)
+
+
+@st.composite
+def vectors(draw):
+    d = draw(st.integers(1, 3000))
+    kind = draw(st.sampled_from(["zeros", "one", "normal", "cauchy", "tiny", "large", "ints",
+                                 "const", "sparse"]))
+    g = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    if kind == "zeros":
+        x = np.zeros(d)
+    elif kind == "one":
+        x = np.zeros(d)
+        x[draw(st.integers(0, d - 1))] = draw(st.sampled_from([1.0, -3.5, 1e-30, 1e30]))
+    elif kind == "normal":
+        x = g.standard_normal(d)
+    elif kind == "cauchy":
+        x = g.standard_cauchy(d)
+    elif kind == "tiny":
+        x = g.standard_normal(d) * 1e-30
+    elif kind == "large":
+        x = g.standard_normal(d) * 1e30
+    elif kind == "ints":
+        x = g.integers(-3, 4, size=d).astype(np.float64)
+    elif kind == "const":
+        x = np.full(d, -2.0)
+    else:
+        x = np.where(g.random(d) < 0.1, g.standard_normal(d), 0.0)
+    if draw(st.booleans()):
+        x = x.astype(np.float32)
+    return x
+
+
+@given(data=st.data())
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_properties(data):
+    x = data.draw(vectors())
+    d = x.shape[0]
+    c = data.draw(compressor_specs(d))
+    c.validate(d)
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    p = c.compress(x, rng(seed))
+    np.testing.assert_array_equal(p, c.compress(x, rng(seed)))
+    assert p.dtype == np.uint8 and p.ndim == 1
+    assert p[4:8].view("<u4")[0] == d
+    model = c.model_bits(p, d)
+    assert 8 * p.size - 8 * wire.HEADER_BYTES <= model + 40 + model // 50     # padding + 1.6/1.585
+    assert 8 * p.size >= model
+    y = c.decompress(p, d)
+    x64 = x.astype(np.float64)
+    check_decoded(c, x64, y)
+    if not np.any(x64):
+        assert not np.any(y)
+    w = data.draw(st.sampled_from([1.0, -0.5, 3.0]))
+    out = np.linspace(-1, 1, d)
+    ref = out + w * y
+    c.decompress_add(p, d, out, w)
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-300)
+    # round trip of the spec, and ω well defined for this d
+    assert compressors.make(c.spec) == c
+    om = c.omega(d)
+    assert om >= 0.0 and math.isfinite(om)
+    # truncated payloads are always rejected
+    with pytest.raises(PayloadError):
+        c.decompress(p[:-1], d)
