@@ -94,41 +94,57 @@ class DataCache:
         return self.setups[key]
 
     def _build(self, rc: dict) -> Setup:
+        """Rank 0 loads the data set and partitions it, then scatters each worker its shard.
+
+        Only rank 0 parses files (and imports scikit-learn): with 32 ranks on a node this is the
+        difference between one and 32 parsers competing for the cores at start-up.
+        """
         t0 = time.perf_counter()
         t = self.t
         dedicated = rc["run"]["server"] == "dedicated"
         worker_ranks = list(range(1, t.size)) if dedicated else list(range(t.size))
         n = len(worker_ranks)
         kind, l2, l1 = rc["problem"]["kind"], rc["problem"]["l2"], rc["problem"]["l1"]
-        me = t.rank - 1 if dedicated else t.rank
-        # local part: can fail (bad file, impossible partition); every rank agrees before collectives
-        error = local = parts = ds = y = None
-        L_i = 0.0
+        error = meta = shards = None
+        global_obj = parts = ds = None
+        if t.is_root:
+            try:
+                if n == 0:
+                    raise ConfigError("run.server = 'dedicated' needs at least 2 MPI ranks (1 server + workers)")
+                ds = self.dataset(rc["data"]["dataset"])
+                parts = data.partition(ds, n, scheme=rc["data"]["partition"], seed=rc["data"]["partition_seed"],
+                                       sizes=rc["data"]["sizes"] or None)
+                y = ds.binary_labels() if kind == "logreg" else np.asarray(ds.y, dtype=np.float64)
+                rows = np.concatenate(parts)
+                w = np.concatenate([np.full(len(p), 1.0 / (n * len(p))) for p in parts])
+                global_obj = Objective(kind, ds.X[rows], y[rows], w, l2, l1)
+                classes = np.unique(ds.y)
+                meta = {"d": ds.n_features, "samples": np.array([len(p) for p in parts]),
+                        "label_hist": np.array([[np.count_nonzero(ds.y[p] == c) for c in classes] for p in parts])}
+                shards = [None] * t.size
+                for i, rk in enumerate(worker_ranks):
+                    shards[rk] = (ds.X[parts[i]], y[parts[i]])
+            except (UserError, ValueError, OSError) as exc:
+                error = exc
+        t.agree(error)
+        meta = t.bcast_object(meta)
+        shard = t.scatter_object(shards)
+        shards = None
+        error, local, L_i = None, None, 0.0
         try:
-            if n == 0:
-                raise ConfigError("run.server = 'dedicated' needs at least 2 MPI ranks (1 server + workers)")
-            ds = self.dataset(rc["data"]["dataset"])
-            parts = data.partition(ds, n, scheme=rc["data"]["partition"], seed=rc["data"]["partition_seed"],
-                                   sizes=rc["data"]["sizes"] or None)
-            y = ds.binary_labels() if kind == "logreg" else np.asarray(ds.y, dtype=np.float64)
-            if 0 <= me < n:
-                rows = parts[me]
-                local = Objective(kind, ds.X[rows], y[rows], np.full(len(rows), 1.0 / len(rows)), l2, l1)
+            if shard is not None:
+                A, y_i = shard
+                local = Objective(kind, A, y_i, np.full(A.shape[0], 1.0 / A.shape[0]), l2, l1)
                 L_i = local.smoothness()
-        except (UserError, ValueError, OSError) as exc:
+        except (UserError, ValueError, ArithmeticError) as exc:
             error = exc
         t.agree(error)
         L_max = t.allreduce_max(L_i)
         L_all = t.gather_rows(np.array([L_i]))
-        # rank 0: the global objective and its reference optimum (cached on disk)
-        global_obj = opt = None
-        cached = False
-        error = None
+        # rank 0: the reference optimum of the global objective (cached on disk)
+        opt, cached, error = None, False, None
         if t.is_root:
             try:
-                rows = np.concatenate(parts)
-                w = np.concatenate([np.full(len(p), 1.0 / (n * len(p))) for p in parts])
-                global_obj = Objective(kind, ds.X[rows], y[rows], w, l2, l1)
                 opt, cached = cached_reference(global_obj, {
                     "data": ds.fingerprint, "partition": rc["data"]["partition"],
                     "partition_seed": rc["data"]["partition_seed"], "sizes": rc["data"]["sizes"],
@@ -136,11 +152,8 @@ class DataCache:
             except (UserError, ValueError, ArithmeticError) as exc:
                 error = exc
         t.agree(error)
-        samples = np.array([len(p) for p in parts])
-        classes = np.unique(ds.y)
-        label_hist = np.array([[np.count_nonzero(ds.y[p] == c) for c in classes] for p in parts])
-        return Setup(d=ds.n_features, n_workers=n, worker_ranks=worker_ranks, samples=samples,
-                     label_hist=label_hist, local=local, L_max=L_max,
+        return Setup(d=meta["d"], n_workers=n, worker_ranks=worker_ranks, samples=meta["samples"],
+                     label_hist=meta["label_hist"], local=local, L_max=L_max,
                      L_local=None if L_all is None else L_all[worker_ranks, 0],
                      global_obj=global_obj, opt=opt, opt_cached=cached,
                      setup_seconds=time.perf_counter() - t0)

@@ -20,26 +20,25 @@ def block_norms_l2(x, block, norms):
     """
     d = x.shape[0]
     for l in range(norms.shape[0]):
-        start = l * block
-        stop = min(start + block, d)
+        xb = x[l * block:min((l + 1) * block, d)]
         acc = 0.0
-        for i in range(start, stop):
-            v = np.float64(x[i])
+        for i in range(xb.shape[0]):
+            v = np.float64(xb[i])
             acc += v * v
         if acc >= 1e-280 and acc <= 1e280:
             norms[l] = np.sqrt(acc)
             continue
         m = 0.0
         chk = 0.0
-        for i in range(start, stop):
-            a = abs(np.float64(x[i]))
+        for i in range(xb.shape[0]):
+            a = abs(np.float64(xb[i]))
             chk += a * 0.0
             m = max(m, a)
         m += chk                                   # NaN if the block holds NaN/Inf
         if m > 0.0 and m < np.inf:
             acc = 0.0
-            for i in range(start, stop):
-                v = np.float64(x[i]) / m
+            for i in range(xb.shape[0]):
+                v = np.float64(xb[i]) / m
                 acc += v * v
             norms[l] = m * np.sqrt(acc)
         else:
@@ -51,12 +50,11 @@ def block_norms_linf(x, block, norms):
     """norms[l] = ‖x(l)‖_∞; NaN if the block holds a NaN (max alone would skip it)."""
     d = x.shape[0]
     for l in range(norms.shape[0]):
-        start = l * block
-        stop = min(start + block, d)
+        xb = x[l * block:min((l + 1) * block, d)]
         m = 0.0
         chk = 0.0
-        for i in range(start, stop):
-            a = abs(np.float64(x[i]))
+        for i in range(xb.shape[0]):
+            a = abs(np.float64(xb[i]))
             chk += a * 0.0
             if a > m:
                 m = a

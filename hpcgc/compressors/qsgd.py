@@ -31,9 +31,22 @@ from .wire import CHUNK, pack_fixed_width, unpack_fixed_width
 
 
 @njit(cache=True)
+def qsgd_dither(x, start, inv, s, seed, fields):
+    """fields[q] = level << 1 | sign for j = start + q: r = |x_j|·inv (inv = s/scale) is rounded to
+    ⌊r⌋ + [uniform_at(seed, j) < r − ⌊r⌋] (unbiased), capped at s. Equal-length slices."""
+    for q in range(fields.shape[0]):
+        v = np.float64(x[q])
+        r = abs(v) * inv
+        lev = np.int64(r)
+        lev += np.int64(uniform_at(seed, start + q) < r - lev)
+        lev = min(lev, s)                   # r ≤ s in exact arithmetic; guards rounding
+        fields[q] = (lev << 1) | np.int64((v < 0.0) & (lev > 0))
+
+
+@njit(cache=True)
 def qsgd_dither_pack(x, bucket, scales, s, width, seed, out, offset):
-    """Randomly round r = s|x_i|/scale to ⌊r⌋ or ⌊r⌋+1 (P[⌊r⌋+1] = r − ⌊r⌋, unbiased) and bit-pack
-    the fields (level << 1 | sign) at ``width`` bits each into ``out[offset:]``."""
+    """QSGD dithering of x with per-bucket scales; fields bit-packed at ``width`` bits each into
+    ``out[offset:]``."""
     d = x.shape[0]
     fields = np.empty(CHUNK, dtype=np.uint32)
     for c0 in range(0, d, CHUNK):
@@ -43,16 +56,23 @@ def qsgd_dither_pack(x, bucket, scales, s, width, seed, out, offset):
             l = i // bucket
             e = min((l + 1) * bucket, c1)
             sc = scales[l]
-            inv = s / sc if sc > 0.0 else 0.0
-            for j in range(i, e):
-                v = np.float64(x[j])
-                r = abs(v) * inv
-                lev = np.int64(r)
-                lev += np.int64(uniform_at(seed, j) < r - lev)
-                lev = min(lev, s)           # r ≤ s in exact arithmetic; guards rounding
-                fields[j - c0] = (lev << 1) | np.int64((v < 0.0) & (lev > 0))
+            qsgd_dither(x[i:e], i, s / sc if sc > 0.0 else 0.0, s, seed, fields[i - c0:e - c0])
             i = e
         pack_fixed_width(fields[:c1 - c0], width, out, offset + (c0 * width) // 8)
+
+
+@njit(cache=True)
+def qsgd_values(fields, unit, out, weight, accumulate):
+    """out[q] (+)= weight·(±level·unit), (level, sign) from fields[q] (equal-length slices)."""
+    if accumulate:
+        u = weight * unit
+        for q in range(out.shape[0]):
+            f = np.int64(fields[q])
+            out[q] += (f >> 1) * (u - 2.0 * u * (f & 1))
+    else:
+        for q in range(out.shape[0]):
+            f = np.int64(fields[q])
+            out[q] = (f >> 1) * (unit - 2.0 * unit * (f & 1))
 
 
 @njit(cache=True)
@@ -69,16 +89,7 @@ def qsgd_unpack_decode(src, offset, d, bucket, units, width, out, weight, accumu
         while i < c1:
             l = i // bucket
             e = min((l + 1) * bucket, c1)
-            if accumulate:
-                u = units[l] * weight
-                for j in range(i, e):
-                    f = np.int64(fields[j - c0])
-                    out[j] += (f >> 1) * (u - 2.0 * u * (f & 1))
-            else:
-                u = units[l]
-                for j in range(i, e):
-                    f = np.int64(fields[j - c0])
-                    out[j] = (f >> 1) * (u - 2.0 * u * (f & 1))
+            qsgd_values(fields[i - c0:e - c0], units[l], out[i:e], weight, accumulate)
             i = e
 
 

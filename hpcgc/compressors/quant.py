@@ -36,9 +36,20 @@ from .wire import CHUNK, TRITS_PER_BYTE, pack_trits, unpack_trits
 
 
 @njit(cache=True)
+def ternary_dither(x, start, inv, seed, trits):
+    """trits[q] = ξ·(1 + [x_j < 0]) for j = start + q, with ξ = [uniform_at(seed, j) < |x_j|·inv]
+    ~ Bernoulli(|x_j|/scale) (inv = 1/scale). ``x`` and ``trits`` are equal-length slices; loops
+    over slices from 0 let numba drop negative-index checks and vectorise."""
+    for q in range(trits.shape[0]):
+        v = np.float64(x[q])
+        xi = np.int64(uniform_at(seed, start + q) < abs(v) * inv)
+        trits[q] = xi * (1 + np.int64(v < 0.0))
+
+
+@njit(cache=True)
 def ternary_dither_pack(x, block, scales, seed, out, offset):
-    """ξ_j ~ Bernoulli(|x_j|/scale_l) (uniform_at(seed, j) < |x_j|/scale_l); trit = 0 if ξ_j = 0,
-    1 if x_j > 0, 2 if x_j < 0; packed 5 per byte into ``out[offset:]`` (⌈d/5⌉ bytes)."""
+    """Quant_p dithering of x with per-block scales, packed 5 trits per byte into ``out[offset:]``
+    (⌈d/5⌉ bytes); trit 0: zero, 1: +scale, 2: −scale."""
     d = x.shape[0]
     trits = np.empty(CHUNK, dtype=np.uint8)
     for c0 in range(0, d, CHUNK):
@@ -48,13 +59,23 @@ def ternary_dither_pack(x, block, scales, seed, out, offset):
             l = i // block
             e = min((l + 1) * block, c1)
             sc = scales[l]
-            inv = 1.0 / sc if sc > 0.0 else 0.0
-            for j in range(i, e):
-                v = np.float64(x[j])
-                xi = np.int64(uniform_at(seed, j) < abs(v) * inv)
-                trits[j - c0] = xi * (1 + np.int64(v < 0.0))
+            ternary_dither(x[i:e], i, 1.0 / sc if sc > 0.0 else 0.0, seed, trits[i - c0:e - c0])
             i = e
         pack_trits(trits[:c1 - c0], out, offset + c0 // TRITS_PER_BYTE)
+
+
+@njit(cache=True)
+def ternary_values(trits, u, out, weight, accumulate):
+    """out[q] (+)= weight·u·(0, +1, −1)[trits[q]] (equal-length slices)."""
+    if accumulate:
+        wu = weight * u
+        for q in range(out.shape[0]):
+            t = np.int64(trits[q])
+            out[q] += wu * ((t & 1) - (t >> 1))
+    else:
+        for q in range(out.shape[0]):
+            t = np.int64(trits[q])
+            out[q] = u * ((t & 1) - (t >> 1))
 
 
 @njit(cache=True)
@@ -72,16 +93,7 @@ def ternary_unpack_decode(src, offset, d, block, scales, out, weight, accumulate
         while i < c1:
             l = i // block
             e = min((l + 1) * block, c1)
-            if accumulate:
-                u = scales[l] * weight
-                for j in range(i, e):
-                    t = np.int64(trits[j - c0])
-                    out[j] += u * ((t & 1) - (t >> 1))      # trit 0, 1, 2 -> 0, +u, −u
-            else:
-                u = scales[l]
-                for j in range(i, e):
-                    t = np.int64(trits[j - c0])
-                    out[j] = u * ((t & 1) - (t >> 1))
+            ternary_values(trits[i - c0:e - c0], scales[l], out[i:e], weight, accumulate)
             i = e
 
 

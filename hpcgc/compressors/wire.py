@@ -199,34 +199,42 @@ def unpack_fixed_width(src, offset, width, values):
 def pack_trits(trits, out, offset):
     """Pack ``trits`` (values 0, 1, 2) 5 per byte into ``out[offset:]``; ceil(n/5) bytes."""
     n = trits.shape[0]
-    pos = offset
-    for start in range(0, n, 5):
-        stop = min(start + 5, n)
+    n5 = n // 5
+    for q in range(n5):
+        j = 5 * q
+        out[offset + q] = (np.int64(trits[j]) + 3 * np.int64(trits[j + 1]) + 9 * np.int64(trits[j + 2])
+                           + 27 * np.int64(trits[j + 3]) + 81 * np.int64(trits[j + 4]))
+    if n5 * 5 < n:
         b = 0
         mul = 1
-        for j in range(start, stop):
-            b += mul * trits[j]
+        for j in range(n5 * 5, n):
+            b += mul * np.int64(trits[j])
             mul *= 3
-        out[pos] = b
-        pos += 1
+        out[offset + n5] = b
 
 
 @njit(cache=True)
 def unpack_trits(src, offset, trits):
-    """Inverse of :func:`pack_trits`. Returns the number of bytes ≥ 243 (corrupted), 0 if valid."""
+    """Inverse of :func:`pack_trits` (reads ceil(n/5) bytes). Bytes must be < 243 (the caller
+    checks with :func:`count_bad_trit_bytes`); a larger byte decodes to an unspecified trit ≤ 2."""
     n = trits.shape[0]
-    pos = offset
-    bad = 0
-    for start in range(0, n, 5):
-        b = np.int64(src[pos])
-        if b >= 243:
-            bad += 1
-        pos += 1
-        stop = min(start + 5, n)
-        for j in range(start, stop):
+    n5 = n // 5
+    for q in range(n5):
+        b = np.int64(src[offset + q])
+        j = 5 * q
+        trits[j] = b % 3
+        b //= 3
+        trits[j + 1] = b % 3
+        b //= 3
+        trits[j + 2] = b % 3
+        b //= 3
+        trits[j + 3] = b % 3
+        trits[j + 4] = min(b // 3, 2)
+    if n5 * 5 < n:
+        b = np.int64(src[offset + n5])
+        for j in range(n5 * 5, n):
             trits[j] = b % 3
             b //= 3
-    return bad
 
 
 @njit(cache=True)
