@@ -67,6 +67,8 @@ def build_parser():
     p.add_argument("--set", "-s", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                    help="override a key, e.g. --set run.iterations=500 --set sweep.seed=[0,1,2]")
     p.add_argument("--out", "-o", metavar="PATH", help="results file (default: results/<name>-<UTC time>.h5)")
+    p.add_argument("--grid-index", metavar="I", help="run only these grid points: I, I,J or I-J (0-based; "
+                   "e.g. $SLURM_ARRAY_TASK_ID); `validate` prints the grid size")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the final table")
     p.add_argument("--version", action="version", version=f"hpcgc {__version__}")
     return p
@@ -120,6 +122,7 @@ def summary_table(summaries) -> str:
 
 
 def cmd_run(args, argv, validate_only=False) -> int:
+    from . import config
     from .runner import execute, prepare
     from .transport import Transport
 
@@ -128,9 +131,10 @@ def cmd_run(args, argv, validate_only=False) -> int:
     log = (lambda *a: None) if args.quiet else say
     cfg = _load_config(args)               # identical on every rank: a bad file fails everywhere alike
     t0 = time.perf_counter()
-    runs = prepare(cfg, t)
+    runs = prepare(cfg, t, select=args.grid_index)
     if validate_only:
         say(f"experiment {cfg['name']!r}: {len(runs)} run(s) valid for {t.size} rank(s)")
+        say(f"grid points: {len(config.expand(cfg))}")
         for r in runs:
             rc = r.rp.cfg
             say(f"  {r.rp.run_id}: {rc['data']['dataset']} [{rc['data']['partition']}] {rc['problem']['kind']} "
@@ -138,7 +142,7 @@ def cmd_run(args, argv, validate_only=False) -> int:
                 f"  iterations={rc['run']['iterations']}")
         return 0
     out = Path(args.out) if args.out else default_out(cfg["name"])
-    path, summaries = execute(runs, t, out, argv, log=log, t_start=t0, name=cfg["name"])
+    path, summaries = execute(runs, t, out, argv, log=log, t_start=t0, name=cfg["name"], progress=not args.quiet)
     if t.is_root:
         say(summary_table(summaries))
         say(f"# results: {path}")

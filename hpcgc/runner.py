@@ -16,10 +16,10 @@ import numpy as np
 from . import algorithms, allocation, compressors, config, data
 from .errors import ConfigError, UserError
 from .problems import Objective, cached_reference
+from .progress import Progress
 from .transport import LENGTH_BYTES, PHASES, RankOrderedJIT, Transport, wtime
 
 CONTINUE, STOP, DIVERGED = 0.0, 1.0, 2.0
-PROGRESS_SECONDS = 10.0
 EMPTY = np.zeros(0, dtype=np.uint8)
 
 
@@ -176,10 +176,10 @@ class RunSummary:
 
 
 class Run:
-    def __init__(self, rp: RunPlan, setup: Setup, transport: Transport, writer=None, progress=None):
+    def __init__(self, rp: RunPlan, setup: Setup, transport: Transport, writer=None, show_progress=False):
         self.rp, self.s, self.t = rp, setup, transport
         self.writer = writer
-        self.progress = progress or (lambda msg: None)
+        self.show_progress = show_progress
         rc = rp.cfg
         self.r = rc["run"]
         s = setup
@@ -231,6 +231,7 @@ class Run:
         totals = np.zeros(len(PHASES))
         batch = r["batch"]
         m_local = s.local.A.shape[0] if s.local is not None else 0
+        crossed = np.array([rk != 0 for rk in s.worker_ranks])
         t.reset_ledger()
         t.barrier()
 
@@ -243,8 +244,8 @@ class Run:
             f0_gap = None
             rw = self.writer.begin_run(self.rp.run_id, self._attrs(), n, t.size) if self.writer else None
             status, reason = "completed", "iterations"
-            last_progress = time.monotonic()
             t_start = time.monotonic()
+            bar = Progress(self.rp.run_id, T, enabled=self.show_progress)
             last_row = {}
 
         def record(it):
@@ -321,13 +322,11 @@ class Run:
                 break
             if k % r["eval_every"] == 0 or k == T or control == STOP:
                 stop = record(k) or control == STOP
-            if root and time.monotonic() - last_progress >= PROGRESS_SECONDS:
-                last_progress = time.monotonic()
-                done = k / T
-                eta = (time.monotonic() - t_start) * (1 - done) / max(done, 1e-9)
-                self.progress(f"  [{self.rp.run_id}] it {k}/{T}  f-f* {last_row.get('suboptimality', float('nan')):.3e}"
-                              f"  MB up {bits_wire[1:].sum() / 8e6 if t.size > 1 else 0:.3f}  ETA {eta:.0f}s")
+            if root:
+                bar.update(k, last_row.get("suboptimality", np.nan), bits_wire[crossed].sum() / 8e6)
         iterations_done = k
+        if root:
+            bar.close()
 
         # tear-down: sender-side ledger and per-iteration timings (collective, untimed)
         sent = t.gather_rows(np.array([float(t.up_bytes)]))
@@ -341,7 +340,6 @@ class Run:
                    "bits_up_wire": bits_wire, "bits_down_wire": bits_down,
                    "time": np.tile(totals, (t.size, 1)) * np.nan}
             rw.append(row)
-        crossed = np.array([rk != 0 for rk in s.worker_ranks])
         if rw is not None:
             rw.write_table("workers", {
                 "rank": np.array(s.worker_ranks), "samples": s.samples,
@@ -404,15 +402,36 @@ def warm_jit(specs, transport: Transport):
     RankOrderedJIT(transport).run(warm)
 
 
-def prepare(cfg: dict, transport: Transport) -> list[Run]:
+def parse_selection(text: str, count: int) -> list[int]:
+    """'3', '0,2,5', '4-7' (inclusive) → sorted grid indices, each checked against the grid size."""
+    out = set()
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.strip().partition("-")
+            a = int(lo)
+            b = int(hi) if hi else a
+            out.update(range(a, b + 1))
+    except ValueError:
+        raise ConfigError(f"--grid-index expects I, I,J or I-J (0-based), got {text!r}") from None
+    bad = [i for i in out if not 0 <= i < count]
+    if bad or not out:
+        raise ConfigError(f"--grid-index {text!r} is outside the grid of {count} point(s) (0..{count - 1})")
+    return sorted(out)
+
+
+def prepare(cfg: dict, transport: Transport, select: str | None = None) -> list[Run]:
     """Validate every grid point and build every run's set-up on every rank, before any file exists.
 
     Any user error (bad name, parameter, data file, partition, batch size) is raised here on every
-    rank alike, so a bad experiment fails before it has written anything.
+    rank alike, so a bad experiment fails before it has written anything. ``select`` restricts the
+    grid to some points (``--grid-index``, e.g. one SLURM array task each); run ids keep their
+    index in the full grid.
     """
     error, plans = None, []
     try:
         plans = plan(cfg)
+        if select is not None:
+            plans = [plans[i] for i in parse_selection(select, len(plans))]
     except UserError as exc:
         error = exc
     transport.agree(error)
@@ -429,7 +448,8 @@ def prepare(cfg: dict, transport: Transport) -> list[Run]:
     return runs
 
 
-def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_start=None, name="experiment"):
+def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_start=None, name="experiment",
+            progress=False):
     """Run prepared runs; rank 0 writes ``out`` (via ``out.partial``). Returns (path, summaries) on
     rank 0 and (None, []) elsewhere. A run that diverges is recorded and the experiment goes on;
     an exception leaves the partial file readable and propagates."""
@@ -454,7 +474,7 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
     try:
         for i, run in enumerate(runs):
             run.writer = writer
-            run.progress = log
+            run.show_progress = progress
             s = run.execute()
             if s is not None:
                 summaries.append(s)

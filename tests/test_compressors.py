@@ -352,6 +352,24 @@ def test_randk_all_coordinates():
     np.testing.assert_array_equal(c.decompress(c.compress(x, rng(1)), d), x)
 
 
+@pytest.mark.parametrize("spec", ALL_SPECS)
+def test_small_dimensions(spec):
+    c = compressors.make(spec)
+    g = rng(6)
+    for d in range(1, 13):
+        if c.name == "randk" and c.k > d:
+            with pytest.raises(ConfigError):
+                c.compress(np.ones(d), g)
+            continue
+        for x in (g.standard_normal(d), np.zeros(d), np.eye(1, d, d // 2).ravel()):
+            p = c.compress(x, g)
+            y = c.decompress(p, d)
+            check_decoded(c, x, y)
+            out = np.ones(d)
+            c.decompress_add(p, d, out, 2.0)
+            np.testing.assert_allclose(out, 1 + 2 * y, rtol=1e-14)
+
+
 def test_zero_vector_and_huge_values():
     for spec in ALL_SPECS:
         c = compressors.make(spec)
@@ -407,7 +425,7 @@ def test_model_bits_formulas():
         c = compressors.make(spec)
         assert c.model_bits(c.compress(x, rng()), d) == bits, spec
     assert wire.ternary_bits(1) == 2 and wire.ternary_bits(5) == 8 and wire.ternary_bits(1000) == 1585
-    assert all(wire.ternary_bits(n) == (3**n - 1).bit_length() for n in range(1, 300))
+    assert all(wire.ternary_bits(n) == (3**n - 1).bit_length() for n in [*range(1, 300), 2**20 + 1])
 
 
 def test_payload_sizes_exact():
@@ -646,6 +664,16 @@ def test_payload_body_corruption():
     q[H + 40:] = 0xFF             # every index = 1023 ≥ d
     with pytest.raises(PayloadError, match="indices"):
         c.decompress_add(q, d, out, 1.0)
+    q = p.copy()
+    q[H:H + 4] = np.frombuffer(np.float32(np.nan).tobytes(), np.uint8)
+    with pytest.raises(PayloadError, match="non-finite"):
+        c.decompress(q, d)
+    c = compressors.make("identity")
+    q = c.compress(x, rng())
+    q[H + 8:H + 12] = np.frombuffer(np.float32(np.inf).tobytes(), np.uint8)
+    with pytest.raises(PayloadError, match="non-finite"):
+        c.decompress_add(q, d, out, 1.0)
+    c = compressors.make("randk:k=10")
     q = p.copy()
     q[H + 40:] = 0                # all indices 0: duplicates
     with pytest.raises(PayloadError, match="indices"):

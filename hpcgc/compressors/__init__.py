@@ -15,6 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
+from ._numba_cache import invalidate_if_sources_changed
+
+invalidate_if_sources_changed()      # before any kernel module is imported
+
 from .base import Compressor, Param, parse_spec
 from .identity import Identity
 from .qsgd import QSGD
@@ -30,7 +34,7 @@ REGISTRY: dict[str, type[Compressor]] = {
 }
 """Name → class. Keys must equal the classes' ``name``."""
 
-__all__ = ["Compressor", "Param", "REGISTRY", "available", "describe", "get", "make"]
+__all__ = ["REGISTRY", "Compressor", "Param", "available", "describe", "get", "make"]
 
 
 def available() -> list[str]:

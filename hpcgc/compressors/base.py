@@ -30,15 +30,15 @@ from . import wire
 REQUIRED = object()
 """Default marker for a parameter the user must give."""
 
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
+_TRUE = {"true", "yes", "on"}
+_FALSE = {"false", "no", "off"}
 
 
 @dataclass(frozen=True)
 class Param:
     """One compressor parameter: name, type, default and allowed range.
 
-    ``kind`` is ``int``, ``float`` or ``bool``. ``low``/``high`` bound the value (inclusive unless
+    ``kind`` is ``int``, ``float``, ``bool`` or ``str`` (a word from ``choices``). ``low``/``high`` bound the value (inclusive unless
     ``low_open``); ``allow_inf`` additionally admits ``inf`` for an int parameter (e.g. ``block=inf``
     = one block); ``choices`` restricts the value to a finite set. ``in_spec``: ``"always"`` lists
     the parameter in the canonical spec, ``"nondefault"`` only when it differs from the default
@@ -58,7 +58,7 @@ class Param:
 
     # -- text ------------------------------------------------------------------------------------
     def allowed(self) -> str:
-        """Human-readable allowed range, e.g. 'an integer >= 1 or inf'."""
+        """Human-readable allowed range, e.g. 'integer >= 1 or inf'."""
         if self.choices is not None:
             return "one of " + ", ".join(format_value(c) for c in self.choices)
         if self.kind is bool:
@@ -88,6 +88,10 @@ class Param:
             return ConfigError(f"{who}: parameter {self.name}={given!r} {why}; "
                                f"allowed: {self.allowed()}")
 
+        if self.kind is str:                        # a word from ``choices`` (e.g. a mode name)
+            if isinstance(value, str) and value.strip().lower() in self.choices:
+                return value.strip().lower()
+            raise bad("is not allowed")
         if isinstance(value, str):
             value = parse_value(value)
             if isinstance(value, str):
@@ -145,9 +149,9 @@ def parse_value(text: str) -> Any:
     """Parse one parameter value: int, float (incl. ``inf``, ``1e3``), bool; else the stripped string."""
     t = text.strip()
     low = t.lower()
-    if low in _TRUE - {"1"}:
+    if low in _TRUE:
         return True
-    if low in _FALSE - {"0"}:
+    if low in _FALSE:
         return False
     try:
         return int(t, 10)
@@ -369,6 +373,6 @@ class Compressor(ABC):
         payload[wire.HEADER_BYTES:wire.HEADER_BYTES + n].view("<f8" if self._fp64 else "<f4")[:] = scales
 
 
-FP64_PARAM = Param("fp64", bool, False, doc="send scales/values as float64 instead of float32",
+FP64_PARAM = Param("fp64", bool, False, doc="float64 scales/values on the wire",
                    in_spec="nondefault")
 """The common ``fp64`` option (float32 on the wire by default, as in the papers)."""

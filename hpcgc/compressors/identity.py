@@ -10,18 +10,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..errors import PayloadError
 from . import wire
 from .base import FP64_PARAM, Compressor
+from .norms import nonfinite_flag
 
 
 @njit(cache=True)
-def cast_copy_checked(x, out):
-    """out[i] = x[i] (casting to out's dtype); returns 0.0, or NaN if any cast value is non-finite."""
-    chk = 0.0
+def cast_copy(x, out):
+    """out[i] = x[i], cast to out's dtype."""
     for i in range(x.shape[0]):
         out[i] = x[i]
-        chk += out[i] * 0.0
-    return chk
 
 
 @njit(cache=True)
@@ -57,13 +56,17 @@ class Identity(Compressor):
         d = x.shape[0]
         payload = self._new_payload(self._body_bytes(d), d)
         values = payload[wire.HEADER_BYTES:].view(self._dtype())
-        if cast_copy_checked(x, values) != 0.0:
+        cast_copy(x, values)
+        if nonfinite_flag(values) != 0.0:        # NaN/Inf in x, or beyond the float32 range
             raise self._nonfinite_error(x, "value range (float32)")
         return payload
 
     def _values(self, payload: np.ndarray, d: int) -> np.ndarray:
         self._check_payload(payload, d, self._body_bytes(d))
-        return wire.read_array(payload, wire.HEADER_BYTES, d, self._dtype())
+        values = wire.read_array(payload, wire.HEADER_BYTES, d, self._dtype())
+        if nonfinite_flag(values) != 0.0:
+            raise PayloadError(f"{self.name}: corrupted payload: non-finite value")
+        return values
 
     def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
         return self._values(payload, d).astype(np.float64)

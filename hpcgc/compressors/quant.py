@@ -106,7 +106,7 @@ class Quant(Compressor):
                    "omega = sqrt(b)-1 (p=2), (sqrt(b)-1)/2 (p=inf), b = min(block, d); "
                    "bits F*m + ceil(d*log2(3))")
     PARAMS = (
-        Param("p", float, 2, choices=(2, math.inf), doc="norm: 2 or inf"),
+        Param("p", float, 2, choices=(2, math.inf), doc="norm used for the scale"),
         Param("block", int, math.inf, low=1, allow_inf=True, doc="block size, inf = whole vector"),
         FP64_PARAM,
     )

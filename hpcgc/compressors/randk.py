@@ -19,16 +19,8 @@ from numba import njit
 from ..errors import ConfigError, PayloadError
 from . import wire
 from .base import FP64_PARAM, Compressor, Param
+from .norms import nonfinite_flag
 from .prng import next_below
-
-
-@njit(cache=True)
-def sum_times_zero(x):
-    """Σ x_i·0: 0.0 if every x_i is finite, NaN otherwise (a cheap all-finite test)."""
-    chk = 0.0
-    for i in range(x.shape[0]):
-        chk += x[i] * 0.0
-    return chk
 
 
 @njit(cache=True)
@@ -36,20 +28,21 @@ def sample_k_of_d_sorted(d, seed, idx):
     """Uniformly random k-subset of range(d), k = len(idx), written to ``idx`` in increasing order.
 
     Floyd's algorithm: exactly k random draws and a d-byte membership mask; then the subset is
-    sorted (k log k) or, when k ≥ d/8, read off the mask in order (d).
+    sorted (~k log k) or, when that is dearer, read off the mask in order (~d).
     """
     state = np.uint64(seed)
     k = idx.shape[0]
     mask = np.zeros(d, dtype=np.uint8)
-    n = 0
-    for j in range(d - k, d):
+    for n, j in enumerate(range(d - k, d)):
         state, t = next_below(state, j + 1)      # uniform in [0, j]
         if mask[t]:
             t = j
         mask[t] = 1
         idx[n] = t
-        n += 1
-    if 8 * k >= d:
+    logk = 1
+    while (1 << logk) < k:
+        logk += 1
+    if d <= 16 * k * logk:
         n = 0
         for i in range(d):
             if mask[i]:
@@ -134,7 +127,7 @@ class RandK(Compressor):
 
     def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
         d = x.shape[0]
-        if sum_times_zero(x) != 0.0:
+        if nonfinite_flag(x) != 0.0:
             raise self._nonfinite_error(x)
         idx = np.empty(self.k, dtype=np.int64)
         sample_k_of_d_sorted(d, seed, idx)
@@ -150,6 +143,8 @@ class RandK(Compressor):
         """Check the payload; return (values, indices)."""
         vbytes = self.k * self._scale_bytes
         values = wire.read_array(payload, wire.HEADER_BYTES, self.k, self._dtype())
+        if nonfinite_flag(values) != 0.0:
+            raise PayloadError(f"{self.name}: corrupted payload: non-finite value")
         idx = np.empty(self.k, dtype=np.int64)
         wire.unpack_fixed_width(payload, wire.HEADER_BYTES + vbytes, wire.bits_for(d), idx)
         if not indices_valid(idx, d):

@@ -24,9 +24,9 @@ check every length before calling them, so a kernel never reads or writes out of
 """
 from __future__ import annotations
 
-import math
 import sys
 import zlib
+from decimal import ROUND_CEILING, Decimal, localcontext
 from functools import lru_cache
 
 import numpy as np
@@ -132,14 +132,22 @@ def bits_for(n_values: int) -> int:
     return (int(n_values) - 1).bit_length()
 
 
+def _log2_3() -> Decimal:
+    with localcontext() as ctx:
+        ctx.prec = 60
+        return Decimal(3).ln() / Decimal(2).ln()
+
+
+_LOG2_3 = _log2_3()
+
+
 @lru_cache(maxsize=256)
 def ternary_bits(d: int) -> int:
-    """⌈d·log₂3⌉, exactly (integer arithmetic when the float value is close to an integer)."""
-    f = d * math.log2(3.0)
-    n = math.ceil(f)
-    if abs(f - round(f)) < 1e-6 * max(1.0, f) + 1e-9:
-        n = (3**d - 1).bit_length()   # smallest n with 2^n ≥ 3^d
-    return n
+    """⌈d·log₂3⌉, exactly: log₂3 to 60 digits, so for d < 2^32 the product is ~40 digits away
+    from any rounding question (float64 would be off by one for some d)."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        return int((Decimal(int(d)) * _LOG2_3).to_integral_value(rounding=ROUND_CEILING))
 
 
 def packed_bytes(n_fields: int, width: int) -> int:
@@ -159,11 +167,27 @@ def pack_fixed_width(values, width, out, offset):
     """Write ``values[i]`` (non-negative, < 2**width, width ≤ 32) LSB-first into ``out[offset:]``.
 
     Writes exactly ``ceil(len(values)*width/8)`` bytes (unused high bits of the last byte are 0).
+    For width ≤ 8, groups of 8 fields (= ``width`` whole bytes) go through one 64-bit word.
     """
+    n = values.shape[0]
+    i0 = 0
+    pos = offset
+    if width <= 8:
+        w = np.uint64(width)
+        for g in range(n // 8):
+            acc = np.uint64(0)
+            sh = np.uint64(0)
+            for t in range(8):
+                acc |= np.uint64(values[8 * g + t]) << sh
+                sh += w
+            for b in range(width):
+                out[pos + b] = np.uint8(acc & np.uint64(0xFF))
+                acc >>= np.uint64(8)
+            pos += width
+        i0 = (n // 8) * 8
     acc = np.int64(0)
     nacc = 0
-    pos = offset
-    for i in range(values.shape[0]):
+    for i in range(i0, n):
         acc |= np.int64(values[i]) << nacc
         nacc += width
         while nacc >= 8:
@@ -181,11 +205,27 @@ def unpack_fixed_width(src, offset, width, values):
 
     Reads exactly ``ceil(len(values)*width/8)`` bytes.
     """
+    n = values.shape[0]
+    i0 = 0
+    pos = offset
+    if width <= 8:
+        w = np.uint64(width)
+        m = (np.uint64(1) << w) - np.uint64(1)
+        for g in range(n // 8):
+            acc = np.uint64(0)
+            sh = np.uint64(0)
+            for b in range(width):
+                acc |= np.uint64(src[pos + b]) << sh
+                sh += np.uint64(8)
+            for t in range(8):
+                values[8 * g + t] = acc & m
+                acc >>= w
+            pos += width
+        i0 = (n // 8) * 8
     mask = (np.int64(1) << width) - 1
     acc = np.int64(0)
     nacc = 0
-    pos = offset
-    for i in range(values.shape[0]):
+    for i in range(i0, n):
         while nacc < width:
             acc |= np.int64(src[pos]) << nacc
             pos += 1
@@ -249,19 +289,13 @@ def count_bad_trit_bytes(src, offset, nbytes):
 
 @njit(cache=True)
 def count_fields_above(src, offset, n, width, limit):
-    """Number of the ``n`` packed ``width``-bit fields at ``src[offset:]`` whose value > ``limit``."""
-    mask = (np.int64(1) << width) - 1
-    acc = np.int64(0)
-    nacc = 0
-    pos = offset
+    """Number of the ``n`` packed ``width``-bit fields at ``src[offset:]`` whose value > ``limit``
+    (validates a stream before any output is written)."""
+    buf = np.empty(CHUNK, dtype=np.uint32)
     bad = 0
-    for i in range(n):
-        while nacc < width:
-            acc |= np.int64(src[pos]) << nacc
-            pos += 1
-            nacc += 8
-        if (acc & mask) > limit:
-            bad += 1
-        acc >>= width
-        nacc -= width
+    for c0 in range(0, n, CHUNK):
+        b = buf[:min(CHUNK, n - c0)]
+        unpack_fixed_width(src, offset + (c0 * width) // 8, width, b)
+        for q in range(b.shape[0]):
+            bad += np.int64(np.int64(b[q]) > limit)
     return bad
