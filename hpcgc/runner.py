@@ -184,26 +184,36 @@ class Run:
         self.r = rc["run"]
         s = setup
         self.comp = compressors.make(self.r["compressor"])
-        budget_applied = False
-        if self.r["budget"] > 0 and "k" in self.comp.params:
-            delta = allocation.allocate(self.r["allocation"], s.samples, self.r["budget"])
-            if np.ptp(delta) > 0:
-                raise ConfigError(f"allocation {self.r['allocation']!r} gives different ratios per worker; "
-                                  "per-worker compressors are not supported by this algorithm")
-            k = max(1, math.ceil(delta[0] * s.d))
-            self.comp = compressors.make(self.comp.name, **{**self.comp.params, "k": k})
-            budget_applied = True
-        self.budget_applied = budget_applied
-        self.comp.validate(s.d)
+        self.comps = self._per_worker_compressors()
         if self.r["batch"] > int(s.samples.min()):
             raise ConfigError(f"run.batch = {self.r['batch']} exceeds the smallest worker's sample count "
                               f"{int(s.samples.min())}")
         weights = np.full(s.n_workers, 1.0 / s.n_workers)
-        self.alg = algorithms.make(self.r["algorithm"], self.comp, d=s.d, n_workers=s.n_workers,
-                                   weights=weights, L_max=s.L_max, step_multiplier=self.r["step_multiplier"],
-                                   alpha=self.r["alpha"], momentum=self.r["momentum"], l1=rc["problem"]["l1"])
+        self.alg = algorithms.make(self.r["algorithm"], self.comps, d=s.d, n_workers=s.n_workers, weights=weights,
+                                   problem_info={"L_max": s.L_max, "mu": rc["problem"]["l2"]},
+                                   options={**self.r, "l1": rc["problem"]["l1"]})
         seq = np.random.SeedSequence(self.r["seed"]).spawn(transport.size)[transport.rank]
         self.rng = np.random.default_rng(seq)
+
+    def _per_worker_compressors(self) -> list:
+        """Worker i's compressor: with a budget, an allocation sets each worker's kept fraction δ_i,
+        applied as k_i = max(1, ⌈δ_i·d⌉) to compressors that have a ``k`` parameter."""
+        s, r = self.s, self.r
+        self.ratios = np.full(s.n_workers, np.nan)
+        self.budget_applied = False
+        if r["budget"] > 0 and "k" in self.comp.params:
+            self.ratios = allocation.allocate(r["allocation"], s.samples, r["budget"])
+            ks = [max(1, math.ceil(delta * s.d)) for delta in self.ratios]
+            comps = [compressors.make(self.comp.name, **{**self.comp.params, "k": k}) for k in ks]
+            self.comp = comps[0] if len(set(ks)) == 1 else self.comp
+            self.budget_applied = True
+        else:
+            comps = [self.comp] * s.n_workers
+        for c in comps:
+            c.validate(s.d)
+        if "k" in self.comp.params and not self.budget_applied:
+            self.ratios[:] = self.comp.params["k"] / s.d
+        return comps
 
     # metrics are computed on rank 0 only, on the global objective, outside the timed phases
     def _metrics(self, x, x0_dist):
@@ -218,20 +228,19 @@ class Run:
         return out
 
     def execute(self) -> RunSummary | None:
-        s, t, r, alg, comp = self.s, self.t, self.r, self.alg, self.comp
+        s, t, r, alg = self.s, self.t, self.r, self.alg
         d, n, T = s.d, s.n_workers, r["iterations"]
         root = t.is_root
         me = s.worker_ranks.index(t.rank) if t.rank in s.worker_ranks else None
         xbuf = np.zeros(d + 1)          # iterate + one control word, broadcast every iteration
         x = xbuf[:d]
         ctrl = np.zeros(1)              # eval-point decision (untimed, not part of the algorithm)
-        wstate = alg.worker_init() if me is not None else None
+        wstate = alg.worker_init(me) if me is not None else None
         sstate = alg.server_init(x) if root else None
         per_it = np.zeros((T, len(PHASES))) if r["per_iteration_times"] else None
         totals = np.zeros(len(PHASES))
-        batch = r["batch"]
-        m_local = s.local.A.shape[0] if s.local is not None else 0
         crossed = np.array([rk != 0 for rk in s.worker_ranks])
+        one_time = self._one_time_upload(wstate, sstate, me)
         t.reset_ledger()
         t.barrier()
 
@@ -277,10 +286,9 @@ class Run:
         while not stop and k < T:
             t0 = wtime()
             if me is not None:
-                rows = self.rng.choice(m_local, size=batch, replace=False) if batch else None
-                g = s.local.grad(x, rows)
+                alg.worker_compute(wstate, x, s.local, self.rng)
                 t1 = wtime()
-                payload = alg.worker_message(wstate, g, self.rng)
+                payload = alg.worker_encode(wstate, self.rng)
                 t2 = wtime()
             else:
                 t1 = t2 = t0
@@ -293,7 +301,7 @@ class Run:
                 alg.server_step(sstate, msgs)
                 for i, p in msgs:
                     bits_wire[i] += 8 * (LENGTH_BYTES + p.size)
-                    bits_model[i] += comp.model_bits(p, d)
+                    bits_model[i] += alg.model_bits(i, p)
                 x[:] = sstate.x
                 sq = float(np.dot(x, x))
                 if not math.isfinite(sq) or sq > 1e200:
@@ -343,9 +351,10 @@ class Run:
         if rw is not None:
             rw.write_table("workers", {
                 "rank": np.array(s.worker_ranks), "samples": s.samples,
-                "compression_ratio": np.full(n, comp.params["k"] / d if "k" in comp.params else 1.0),
+                "compression_ratio": np.where(np.isnan(self.ratios), 1.0, self.ratios),
                 "threshold": np.full(n, np.nan), "label_histogram": s.label_hist,
-                "one_time_bits": np.zeros(n), "crossed_network": crossed, "smoothness": s.L_local,
+                "one_time_bits": one_time["model"], "one_time_bits_wire": one_time["wire"],
+                "crossed_network": crossed, "smoothness": s.L_local,
                 "sender_bytes_up": sent[s.worker_ranks, 0]})
             if per_rank is not None:
                 pr = per_rank.reshape(t.size, iterations_done, len(PHASES))
@@ -362,12 +371,31 @@ class Run:
             med_iter = mean_ms["iter"]
         model_total = bits_model.sum()
         return RunSummary(
-            run_id=self.rp.run_id, algorithm=r["algorithm"], compressor=comp.spec, status=status,
+            run_id=self.rp.run_id, algorithm=r["algorithm"], compressor=self.comp.spec, status=status,
             stop_reason=reason, iterations=iterations_done,
             suboptimality=float(last_row.get("suboptimality", np.nan)) if status != "diverged" else np.nan,
             mb_up=float(bits_wire[crossed].sum()) / 8e6, phase_ms=mean_ms, median_iter_ms=med_iter,
             wire_over_model=float(bits_wire.sum() - 8 * LENGTH_BYTES * n * iterations_done) / model_total
             if model_total else np.nan)
+
+    def _one_time_upload(self, wstate, sstate, me) -> dict:
+        """The algorithm's one-time set-up message (e.g. L_i^{1/2} for smoothness-aware methods),
+        sent through the same Gatherv as every other payload. Collective; no-op when unused."""
+        t, n = self.t, self.s.n_workers
+        payload = self.alg.worker_setup_message(wstate) if me is not None else None
+        used = t.allreduce_max(0.0 if payload is None else 1.0)
+        out = {"model": np.zeros(n), "wire": np.zeros(n)}
+        if not used:
+            return out
+        got = t.gather_payloads(EMPTY if payload is None else payload)
+        if t.is_root:
+            buf, counts, displs = got
+            msgs = [(i, buf[displs[rk]:displs[rk] + counts[rk]]) for i, rk in enumerate(self.s.worker_ranks)]
+            self.alg.server_setup(sstate, msgs)
+            for i, p in msgs:
+                out["wire"][i] = 8 * (LENGTH_BYTES + p.size)
+                out["model"][i] = self.alg.one_time_model_bits(i, p)
+        return out
 
     def _attrs(self) -> dict:
         s, r, rc = self.s, self.r, self.rp.cfg

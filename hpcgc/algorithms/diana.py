@@ -10,9 +10,9 @@ DCGD (distributed compressed gradient descent) is the same recursion with α = 0
 QSGD it is QSGD (Alistarh et al. 2017), with ℓ∞ ternary quantization TernGrad (Wen et al. 2017),
 with full local gradients DQGD (Khirirat et al. 2018) — one implementation (`spec/decisions.md`).
 
-Both sides keep their state explicitly (optax style): ``worker_init``/``worker_message`` and
-``server_init``/``server_step``; nothing hides in globals. The worker updates its shift with the
+Interface: :class:`hpcgc.algorithms.base.Algorithm`. The worker updates its shift with the
 *decoded own payload*, i.e. exactly what the server decodes, so h = Σ_i w_i h_i holds to rounding.
+Worker i may have its own compressor (per-worker ratios); ω is then the largest of the ω_i.
 """
 from __future__ import annotations
 
@@ -22,12 +22,14 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..problems import prox_l1
+from .base import Algorithm
 
 
 @dataclass
 class WorkerState:
+    i: int                 # worker index
     h: np.ndarray          # shift h_i (float64)
-    delta: np.ndarray      # scratch for g − h
+    delta: np.ndarray      # g − h_i, the vector to compress
 
 
 @dataclass
@@ -43,30 +45,32 @@ def theory_step(L_max: float, omega: float, n: int) -> float:
     return 1.0 / (L_max * (1.0 + 4.0 * omega / n))
 
 
-class Diana:
+class Diana(Algorithm):
     """DIANA (α = 1/(1+ω) by default). ``Dcgd`` is the α = 0 special case."""
 
     name = "diana"
     learns_shifts = True
 
-    def __init__(self, compressor, *, d: int, n_workers: int, weights, L_max: float,
-                 step_multiplier: float = 1.0, alpha=None, momentum: float = 0.0, l1: float = 0.0):
-        if compressor.omega(d) is None:
-            raise ConfigError(f"{self.name} needs an unbiased compressor; {compressor.spec} is biased "
+    def __init__(self, compressors, *, d, n_workers, weights, problem_info, options):
+        super().__init__(compressors, d=d, n_workers=n_workers, weights=weights, problem_info=problem_info,
+                         options=options)
+        omegas = [c.omega(d) for c in compressors]
+        if any(w is None for w in omegas):
+            bad = next(c for c in compressors if c.omega(d) is None)
+            raise ConfigError(f"{self.name} needs an unbiased compressor; {bad.spec} is biased "
                               "(use error feedback, algorithm 'ef', for biased compressors)")
-        if not (step_multiplier > 0 and np.isfinite(step_multiplier)):
-            raise ConfigError(f"run.step_multiplier must be > 0, got {step_multiplier!r}")
-        if not (0.0 <= momentum < 1.0):
-            raise ConfigError(f"run.momentum must be in [0, 1), got {momentum!r}")
-        self.c = compressor
-        self.d = d
-        self.n = n_workers
-        self.weights = np.asarray(weights, dtype=np.float64)
-        self.omega = float(compressor.omega(d))
-        self.gamma = step_multiplier * theory_step(L_max, self.omega, n_workers)
-        self.alpha = self._alpha(alpha)
-        self.beta = float(momentum)
-        self.l1 = float(l1)
+        mult = options.get("step_multiplier", 1.0)
+        if not (mult > 0 and np.isfinite(mult)):
+            raise ConfigError(f"run.step_multiplier must be > 0, got {mult!r}")
+        beta = options.get("momentum", 0.0)
+        if not (0.0 <= beta < 1.0):
+            raise ConfigError(f"run.momentum must be in [0, 1), got {beta!r}")
+        self.omega = float(max(omegas))
+        self.gamma = mult * theory_step(problem_info["L_max"], self.omega, n_workers)
+        self.alpha = self._alpha(options.get("alpha"))
+        self.beta = float(beta)
+        self.l1 = float(options.get("l1", 0.0))
+        self.batch = int(options.get("batch", 0))
 
     def _alpha(self, alpha) -> float:
         if not self.learns_shifts:
@@ -81,15 +85,20 @@ class Diana:
         return a
 
     # -- worker side -----------------------------------------------------------------------------
-    def worker_init(self) -> WorkerState:
-        return WorkerState(h=np.zeros(self.d), delta=np.empty(self.d))
+    def worker_init(self, i: int) -> WorkerState:
+        return WorkerState(i=i, h=np.zeros(self.d), delta=np.empty(self.d))
 
-    def worker_message(self, state: WorkerState, g: np.ndarray, rng) -> np.ndarray:
-        """Compress g − h_i, update h_i with the decoded message, return the payload bytes."""
-        np.subtract(g, state.h, out=state.delta)
-        payload = self.c.compress(state.delta, rng)
+    def worker_compute(self, state: WorkerState, x: np.ndarray, problem, rng):
+        """g_i = ∇f_i(x) (or a mini-batch estimate); keeps Δ_i = g_i − h_i."""
+        rows = rng.choice(problem.A.shape[0], size=self.batch, replace=False) if self.batch else None
+        np.subtract(problem.grad(x, rows), state.h, out=state.delta)
+
+    def worker_encode(self, state: WorkerState, rng) -> np.ndarray:
+        """Compress Δ_i, update h_i with the decoded message, return the payload bytes."""
+        c = self.compressors[state.i]
+        payload = c.compress(state.delta, rng)
         if self.alpha != 0.0:
-            self.c.decompress_add(payload, self.d, state.h, self.alpha)
+            c.decompress_add(payload, self.d, state.h, self.alpha)
         return payload
 
     # -- server side -----------------------------------------------------------------------------
@@ -101,7 +110,7 @@ class Diana:
         """``messages``: iterable of (worker index, payload bytes). Updates and returns state.x."""
         state.m[:] = 0.0
         for i, payload in messages:
-            self.c.decompress_add(payload, self.d, state.m, self.weights[i])
+            self.compressors[i].decompress_add(payload, self.d, state.m, self.weights[i])
         # v = β v + (h + m);  x = prox(x − γ v);  h += α m
         if self.beta:
             state.v *= self.beta
