@@ -68,6 +68,7 @@ class Setup:
     L_local: np.ndarray | None       # (n,) on rank 0
     global_obj: Objective | None     # rank 0 only
     opt: object | None               # rank 0 only (problems.Optimum)
+    L: float | None = None           # global smoothness constant, rank 0 only
     opt_cached: bool = False
     setup_seconds: float = 0.0
 
@@ -142,9 +143,10 @@ class DataCache:
         L_max = t.allreduce_max(L_i)
         L_all = t.gather_rows(np.array([L_i]))
         # rank 0: the reference optimum of the global objective (cached on disk)
-        opt, cached, error = None, False, None
+        opt, cached, error, L_global = None, False, None, None
         if t.is_root:
             try:
+                L_global = global_obj.smoothness()
                 opt, cached = cached_reference(global_obj, {
                     "data": ds.fingerprint, "partition": rc["data"]["partition"],
                     "partition_seed": rc["data"]["partition_seed"], "sizes": rc["data"]["sizes"],
@@ -155,7 +157,7 @@ class DataCache:
         return Setup(d=meta["d"], n_workers=n, worker_ranks=worker_ranks, samples=meta["samples"],
                      label_hist=meta["label_hist"], local=local, L_max=L_max,
                      L_local=None if L_all is None else L_all[worker_ranks, 0],
-                     global_obj=global_obj, opt=opt, opt_cached=cached,
+                     global_obj=global_obj, opt=opt, opt_cached=cached, L=L_global,
                      setup_seconds=time.perf_counter() - t0)
 
 
@@ -190,7 +192,7 @@ class Run:
                               f"{int(s.samples.min())}")
         weights = np.full(s.n_workers, 1.0 / s.n_workers)
         self.alg = algorithms.make(self.r["algorithm"], self.comps, d=s.d, n_workers=s.n_workers, weights=weights,
-                                   problem_info={"L_max": s.L_max, "mu": rc["problem"]["l2"]},
+                                   problem_info={"L_max": s.L_max, "L": s.L, "mu": rc["problem"]["l2"]},
                                    options={**self.r, "l1": rc["problem"]["l1"]})
         seq = np.random.SeedSequence(self.r["seed"]).spawn(transport.size)[transport.rank]
         self.rng = np.random.default_rng(seq)
@@ -235,7 +237,12 @@ class Run:
         xbuf = np.zeros(d + 1)          # iterate + one control word, broadcast every iteration
         x = xbuf[:d]
         ctrl = np.zeros(1)              # eval-point decision (untimed, not part of the algorithm)
-        wstate = alg.worker_init(me) if me is not None else None
+        wstate = alg.worker_init(me, s.local) if me is not None else None
+        vals = alg.agree_values(wstate) if wstate is not None else None
+        width = int(t.allreduce_max(-1.0 if vals is None else float(len(vals))))
+        if width >= 0:
+            mine = np.full(width, -np.inf) if vals is None else np.asarray(vals, dtype=np.float64)
+            alg.set_agreed(t.allreduce_max_array(mine))
         sstate = alg.server_init(x) if root else None
         per_it = np.zeros((T, len(PHASES))) if r["per_iteration_times"] else None
         totals = np.zeros(len(PHASES))

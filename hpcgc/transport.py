@@ -146,6 +146,11 @@ class Transport:
     def allreduce_max(self, value: float) -> float:
         return self.comm.allreduce(value, op=MPI.MAX)
 
+    def allreduce_max_array(self, values: np.ndarray) -> np.ndarray:
+        out = np.empty_like(values)
+        self.comm.Allreduce(np.ascontiguousarray(values), out, op=MPI.MAX)
+        return out
+
     def agree(self, error: BaseException | None):
         """Collective error check after a phase that can fail on some ranks only.
 

@@ -7,9 +7,16 @@ nothing hides in globals, so a test can run one step by hand. The runner calls, 
              worker_encode(ws, rng) -> payload      -> timed as "compress"   (uint8 bytes sent)
     server:  server_step(ss, [(i, payload_i)...])   -> timed as "server"     (returns new x)
 
-and once before the first iteration a one-time upload, if the algorithm has one
-(``worker_setup_message`` → ``server_setup``; its bytes go through the same Gatherv and are
-recorded as ``workers/one_time_bits``). Algorithms know nothing of MPI or HDF5.
+Before the first iteration, in this order (all optional):
+
+    worker_init(i, problem) -> ws            worker i's state; may analyse its local problem
+    agree_values(ws) -> 1-D float array      values to max-reduce over all workers (e.g. ω_i, L̃_i);
+    set_agreed(maxima)                       every rank (also a dedicated server) gets the maxima
+    server_init(x0) -> ss
+    worker_setup_message(ws) -> bytes|None   one-time upload, same Gatherv as every payload,
+    server_setup(ss, [(i, bytes)...])        recorded as workers/one_time_bits (model and wire)
+
+Algorithms know nothing of MPI or HDF5.
 """
 from __future__ import annotations
 
@@ -29,6 +36,13 @@ class Algorithm:
         self.d = d
         self.n = n_workers
         self.weights = np.asarray(weights, dtype=np.float64)
+
+    # agreement across workers (default: nothing to agree on)
+    def agree_values(self, state):
+        return None
+
+    def set_agreed(self, maxima):
+        return None
 
     # one-time set-up (default: none)
     def worker_setup_message(self, state):

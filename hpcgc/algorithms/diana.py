@@ -85,7 +85,7 @@ class Diana(Algorithm):
         return a
 
     # -- worker side -----------------------------------------------------------------------------
-    def worker_init(self, i: int) -> WorkerState:
+    def worker_init(self, i: int, problem=None) -> WorkerState:
         return WorkerState(i=i, h=np.zeros(self.d), delta=np.empty(self.d))
 
     def worker_compute(self, state: WorkerState, x: np.ndarray, problem, rng):
