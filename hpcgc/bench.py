@@ -41,6 +41,8 @@ commands:
   run       (default) run an experiment: the built-in default, or --config FILE.toml
   list      list compressors, algorithms, allocations, data sets and partitions
   validate  check an experiment file (every grid point) and print the plan, without running
+  micro     compressor micro-benchmark (throughput vs memory bandwidth, bits, omega):
+            python -m hpcgc.bench micro --help
 
 experiment keys (--set section.key=value; values are TOML literals, else strings):
 {keys}
@@ -151,6 +153,13 @@ def cmd_run(args, argv, validate_only=False) -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["micro"]:             # the compressor micro-benchmark has its own options
+        from . import micro
+        try:
+            return micro.main(argv[1:])
+        except UserError as exc:
+            print(f"hpcgc: error: {exc}", file=sys.stderr)
+            return 2
     args = build_parser().parse_args(argv)
     if args.command == "list":
         return cmd_list(args)
