@@ -39,10 +39,8 @@ def plan(cfg: dict) -> list[RunPlan]:
         algorithms.get(r["algorithm"])
         comp = compressors.make(r["compressor"])
         allocation.check_name(r["allocation"])
-        if r["allocation"] != "uniform" and r["budget"] <= 0:
-            raise ConfigError(f"allocation {r['allocation']!r} needs run.budget > 0")
-        if r["budget"] > 1:
-            raise ConfigError(f"run.budget (mean kept fraction) must be in (0, 1], got {r['budget']!r}")
+        if r["allocation"] != "uniform" or r["budget"] > 0:
+            allocation.check_budget(r["allocation"], r["budget"])
         if rc["problem"]["kind"] not in ("logreg", "ridge"):
             raise ConfigError(f"unknown problem.kind {rc['problem']['kind']!r}; available: logreg, ridge")
         if not 0.0 <= r["momentum"] < 1.0:
@@ -205,8 +203,8 @@ class Run:
         self.budget_applied = False
         if r["budget"] > 0 and "k" in self.comp.params:
             self.ratios = allocation.allocate(r["allocation"], s.samples, r["budget"])
-            ks = [max(1, math.ceil(delta * s.d)) for delta in self.ratios]
-            comps = [compressors.make(self.comp.name, **{**self.comp.params, "k": k}) for k in ks]
+            ks = allocation.kept_counts(self.ratios, s.d)
+            comps = [compressors.make(self.comp.name, **{**self.comp.params, "k": int(k)}) for k in ks]
             self.comp = comps[0] if len(set(ks)) == 1 else self.comp
             self.budget_applied = True
         else:
