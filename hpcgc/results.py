@@ -32,7 +32,8 @@ SCHEMA_VERSION = 1
 FLUSH_SECONDS = 2.0
 PARTIAL_SUFFIX = ".partial"
 
-SCALAR_SERIES = ("iteration", "loss", "suboptimality", "dist_to_opt", "grad_norm_sq", "accuracy", "bits_down_wire")
+SCALAR_SERIES = ("iteration", "loss", "suboptimality", "dist_to_opt", "grad_norm_sq", "accuracy", "train_accuracy",
+                 "test_loss", "bits_down_wire")
 WORKER_SERIES = ("bits_up_model", "bits_up_wire")
 PHASES = ("grad", "compress", "comm_up", "server", "comm_down", "iter")
 

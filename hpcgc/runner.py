@@ -15,11 +15,14 @@ import numpy as np
 
 from . import algorithms, allocation, compressors, config, data
 from .errors import ConfigError, UserError
+from .models import MODEL_KINDS, ClassifierProblem, Model
+from .problems import KINDS as LINEAR_KINDS
 from .problems import Objective, cached_reference
 from .progress import Progress
 from .transport import LENGTH_BYTES, PHASES, RankOrderedJIT, Transport, wtime
 
 CONTINUE, STOP, DIVERGED = 0.0, 1.0, 2.0
+PROBLEM_KINDS = LINEAR_KINDS + MODEL_KINDS
 EMPTY = np.zeros(0, dtype=np.uint8)
 
 
@@ -41,8 +44,16 @@ def plan(cfg: dict) -> list[RunPlan]:
         allocation.check_name(r["allocation"])
         if r["allocation"] != "uniform" or r["budget"] > 0:
             allocation.check_budget(r["allocation"], r["budget"])
-        if rc["problem"]["kind"] not in ("logreg", "ridge"):
-            raise ConfigError(f"unknown problem.kind {rc['problem']['kind']!r}; available: logreg, ridge")
+        kind = rc["problem"]["kind"]
+        if kind not in PROBLEM_KINDS:
+            raise ConfigError(f"unknown problem.kind {kind!r}; available: {', '.join(PROBLEM_KINDS)}")
+        alg_cls = algorithms.get(r["algorithm"])
+        if kind in MODEL_KINDS and not getattr(alg_cls, "takes_learning_rate", False):
+            raise ConfigError(f"algorithm {r['algorithm']!r} uses a step size from smoothness constants, which "
+                              f"problem.kind = {kind!r} does not have; use algorithm 'local-sgd'")
+        if allocation.kind(r["allocation"]) == "threshold" and "lam" not in comp.params:
+            raise ConfigError(f"allocation {r['allocation']!r} sets per-worker thresholds; it needs the hard-threshold "
+                              f"compressor ('threshold:lam=...'), not {comp.spec!r}")
         if not 0.0 <= r["momentum"] < 1.0:
             raise ConfigError(f"run.momentum must be in [0, 1), got {r['momentum']!r}")
         if isinstance(r["alpha"], str) and r["alpha"] != "theory":
@@ -67,6 +78,8 @@ class Setup:
     global_obj: Objective | None     # rank 0 only
     opt: object | None               # rank 0 only (problems.Optimum)
     L: float | None = None           # global smoothness constant, rank 0 only
+    model: Model | None = None       # classifiers (softmax, mlp): the parameter layout
+    test: object | None = None       # rank 0: held-out test problem, when data.test_fraction > 0
     opt_cached: bool = False
     setup_seconds: float = 0.0
 
@@ -86,8 +99,8 @@ class DataCache:
 
     def setup(self, rc: dict) -> Setup:
         key = (rc["data"]["dataset"], rc["data"]["partition"], rc["data"]["partition_seed"],
-               tuple(rc["data"]["sizes"]), rc["problem"]["kind"], rc["problem"]["l2"], rc["problem"]["l1"],
-               rc["run"]["server"])
+               tuple(rc["data"]["sizes"]), rc["data"]["test_fraction"], rc["problem"]["kind"], rc["problem"]["l2"],
+               rc["problem"]["l1"], rc["problem"]["hidden"], rc["run"]["server"])
         if key not in self.setups:
             self.setups[key] = self._build(rc)
         return self.setups[key]
@@ -105,21 +118,33 @@ class DataCache:
         n = len(worker_ranks)
         kind, l2, l1 = rc["problem"]["kind"], rc["problem"]["l2"], rc["problem"]["l1"]
         error = meta = shards = None
-        global_obj = parts = ds = None
+        global_obj = parts = ds = test_obj = None
         if t.is_root:
             try:
                 if n == 0:
                     raise ConfigError("run.server = 'dedicated' needs at least 2 MPI ranks (1 server + workers)")
-                ds = self.dataset(rc["data"]["dataset"])
+                full = self.dataset(rc["data"]["dataset"])
+                ds, test_ds = split_test(full, rc["data"]["test_fraction"], rc["data"]["partition_seed"])
                 parts = data.partition(ds, n, scheme=rc["data"]["partition"], seed=rc["data"]["partition_seed"],
                                        sizes=rc["data"]["sizes"] or None)
-                y = ds.binary_labels() if kind == "logreg" else np.asarray(ds.y, dtype=np.float64)
+                classes = np.unique(full.y)
                 rows = np.concatenate(parts)
-                w = np.concatenate([np.full(len(p), 1.0 / (n * len(p))) for p in parts])
-                global_obj = Objective(kind, ds.X[rows], y[rows], w, l2, l1)
-                classes = np.unique(ds.y)
-                meta = {"d": ds.n_features, "samples": np.array([len(p) for p in parts]),
+                meta = {"samples": np.array([len(p) for p in parts]),
                         "label_hist": np.array([[np.count_nonzero(ds.y[p] == c) for c in classes] for p in parts])}
+                if kind in MODEL_KINDS:
+                    y = np.searchsorted(classes, ds.y)
+                    meta["model"] = Model(kind, full.n_features, len(classes), rc["problem"]["hidden"])
+                    global_obj = ClassifierProblem(meta["model"], ds.X[rows], y[rows], l2)
+                    if test_ds is not None:
+                        test_obj = ClassifierProblem(meta["model"], test_ds.X, np.searchsorted(classes, test_ds.y), l2)
+                else:
+                    y = _linear_targets(ds, kind)
+                    w = np.concatenate([np.full(len(p), 1.0 / (n * len(p))) for p in parts])
+                    global_obj = Objective(kind, ds.X[rows], y[rows], w, l2, l1)
+                    if test_ds is not None:
+                        yt = _linear_targets(test_ds, kind)
+                        test_obj = Objective(kind, test_ds.X, yt, np.full(len(yt), 1.0 / len(yt)), l2, l1)
+                meta["d"] = meta["model"].d if "model" in meta else full.n_features
                 shards = [None] * t.size
                 for i, rk in enumerate(worker_ranks):
                     shards[rk] = (ds.X[parts[i]], y[parts[i]])
@@ -133,8 +158,11 @@ class DataCache:
         try:
             if shard is not None:
                 A, y_i = shard
-                local = Objective(kind, A, y_i, np.full(A.shape[0], 1.0 / A.shape[0]), l2, l1)
-                L_i = local.smoothness()
+                if kind in MODEL_KINDS:
+                    local = ClassifierProblem(meta["model"], A, y_i, l2)
+                else:
+                    local = Objective(kind, A, y_i, np.full(A.shape[0], 1.0 / A.shape[0]), l2, l1)
+                    L_i = local.smoothness()
         except (UserError, ValueError, ArithmeticError) as exc:
             error = exc
         t.agree(error)
@@ -142,21 +170,40 @@ class DataCache:
         L_all = t.gather_rows(np.array([L_i]))
         # rank 0: the reference optimum of the global objective (cached on disk)
         opt, cached, error, L_global = None, False, None, None
-        if t.is_root:
+        if t.is_root and kind not in MODEL_KINDS:
             try:
                 L_global = global_obj.smoothness()
                 opt, cached = cached_reference(global_obj, {
                     "data": ds.fingerprint, "partition": rc["data"]["partition"],
                     "partition_seed": rc["data"]["partition_seed"], "sizes": rc["data"]["sizes"],
-                    "n": n, "kind": kind, "l2": l2, "l1": l1, "version": 1})
+                    "n": n, "kind": kind, "l2": l2, "l1": l1, "test_fraction": rc["data"]["test_fraction"],
+                    "version": 1})
             except (UserError, ValueError, ArithmeticError) as exc:
                 error = exc
         t.agree(error)
         return Setup(d=meta["d"], n_workers=n, worker_ranks=worker_ranks, samples=meta["samples"],
                      label_hist=meta["label_hist"], local=local, L_max=L_max,
                      L_local=None if L_all is None else L_all[worker_ranks, 0],
-                     global_obj=global_obj, opt=opt, opt_cached=cached, L=L_global,
-                     setup_seconds=time.perf_counter() - t0)
+                     global_obj=global_obj, opt=opt, opt_cached=cached, L=L_global, model=meta.get("model"),
+                     test=test_obj, setup_seconds=time.perf_counter() - t0)
+
+
+def _linear_targets(ds, kind: str) -> np.ndarray:
+    return ds.binary_labels() if kind == "logreg" else np.asarray(ds.y, dtype=np.float64)
+
+
+def split_test(ds, fraction: float, seed: int):
+    """Hold out ``fraction`` of the rows (random, seeded) as a test set: (train, test or None)."""
+    if fraction <= 0:
+        return ds, None
+    if not fraction < 1:
+        raise ConfigError(f"data.test_fraction must be in [0, 1), got {fraction!r}")
+    perm = np.random.default_rng([seed, 7919]).permutation(ds.n_samples)
+    n_test = int(round(fraction * ds.n_samples))
+    if n_test == 0 or n_test == ds.n_samples:
+        raise ConfigError(f"data.test_fraction = {fraction} leaves an empty train or test set "
+                          f"({ds.n_samples} samples)")
+    return ds.subset(np.sort(perm[n_test:])), ds.subset(np.sort(perm[:n_test]))
 
 
 # -- one run ------------------------------------------------------------------------------------------
@@ -188,20 +235,35 @@ class Run:
         if self.r["batch"] > int(s.samples.min()):
             raise ConfigError(f"run.batch = {self.r['batch']} exceeds the smallest worker's sample count "
                               f"{int(s.samples.min())}")
-        weights = np.full(s.n_workers, 1.0 / s.n_workers)
-        self.alg = algorithms.make(self.r["algorithm"], self.comps, d=s.d, n_workers=s.n_workers, weights=weights,
-                                   problem_info={"L_max": s.L_max, "L": s.L, "mu": rc["problem"]["l2"]},
-                                   options={**self.r, "l1": rc["problem"]["l1"]})
+        alg_cls = algorithms.get(self.r["algorithm"])
+        if getattr(alg_cls, "aggregation", "mean") == "samples":      # DAGC: N_i / N
+            weights = s.samples / s.samples.sum()
+        else:                                                          # DIANA: 1/n
+            weights = np.full(s.n_workers, 1.0 / s.n_workers)
+        self.x0 = s.model.init(self.r["seed"]) if s.model is not None else np.zeros(s.d)
+        segments = s.model.segments if s.model is not None else [("x", 0, s.d, (s.d,))]
+        self.alg = alg_cls(self.comps, d=s.d, n_workers=s.n_workers, weights=weights,
+                           problem_info={"L_max": s.L_max, "L": s.L, "mu": rc["problem"]["l2"], "segments": segments},
+                           options={**self.r, "l1": rc["problem"]["l1"], "ratios": self.ratios,
+                                    "thresholds": self.thresholds})
         seq = np.random.SeedSequence(self.r["seed"]).spawn(transport.size)[transport.rank]
         self.rng = np.random.default_rng(seq)
 
     def _per_worker_compressors(self) -> list:
         """Worker i's compressor: with a budget, an allocation sets each worker's kept fraction δ_i,
-        applied as k_i = max(1, ⌈δ_i·d⌉) to compressors that have a ``k`` parameter."""
+        applied as k_i = max(1, ⌈δ_i·d⌉) to compressors that have a ``k`` parameter, or (``dagc-a``)
+        its threshold λ_i for the hard-threshold compressor. Algorithms that compress per tensor
+        (local SGD) re-apply δ_i per tensor from ``ratios``."""
         s, r = self.s, self.r
         self.ratios = np.full(s.n_workers, np.nan)
+        self.thresholds = np.full(s.n_workers, np.nan)
         self.budget_applied = False
-        if r["budget"] > 0 and "k" in self.comp.params:
+        if r["budget"] > 0 and allocation.kind(r["allocation"]) == "threshold":
+            self.thresholds = allocation.allocate(r["allocation"], s.samples, r["budget"])
+            comps = [compressors.make(self.comp.name, **{**self.comp.params, "lam": float(v)})
+                     for v in self.thresholds]
+            self.budget_applied = True
+        elif r["budget"] > 0 and "k" in self.comp.params:
             self.ratios = allocation.allocate(r["allocation"], s.samples, r["budget"])
             ks = allocation.kept_counts(self.ratios, s.d)
             comps = [compressors.make(self.comp.name, **{**self.comp.params, "k": int(k)}) for k in ks]
@@ -213,18 +275,33 @@ class Run:
             c.validate(s.d)
         if "k" in self.comp.params and not self.budget_applied:
             self.ratios[:] = self.comp.params["k"] / s.d
+        if "lam" in self.comp.params and not self.budget_applied:
+            self.thresholds[:] = self.comp.params["lam"]
         return comps
 
     # metrics are computed on rank 0 only, on the global objective, outside the timed phases
     def _metrics(self, x, x0_dist):
+        """Loss on the training data (all shards), f − f* and ‖x − x*‖² where an optimum exists,
+        accuracy on the test split if there is one (else on the training data)."""
         s = self.s
         F = s.global_obj.full_loss(x)
         g = s.global_obj.grad(x)
-        out = {"loss": F, "suboptimality": F - s.opt.f,
-               "dist_to_opt": float(np.sum((x - s.opt.x) ** 2)) / x0_dist if x0_dist > 0 else 0.0,
-               "grad_norm_sq": float(np.dot(g, g))}
-        if s.global_obj.kind == "logreg":
-            out["accuracy"] = float(np.mean(np.sign(s.global_obj.A @ x) == s.global_obj.y))
+        out = {"loss": F, "grad_norm_sq": float(np.dot(g, g)), "suboptimality": np.nan, "dist_to_opt": np.nan}
+        if s.opt is not None:
+            out["suboptimality"] = F - s.opt.f
+            out["dist_to_opt"] = float(np.sum((x - s.opt.x) ** 2)) / x0_dist if x0_dist > 0 else 0.0
+        if s.model is not None:
+            out["train_accuracy"] = s.global_obj.accuracy(x)
+        elif s.global_obj.kind == "logreg":
+            out["train_accuracy"] = float(np.mean(np.sign(s.global_obj.A @ x) == s.global_obj.y))
+        if s.test is not None:
+            out["test_loss"] = s.test.full_loss(x)
+            if s.model is not None:
+                out["accuracy"] = s.test.accuracy(x)
+            elif s.test.kind == "logreg":
+                out["accuracy"] = float(np.mean(np.sign(s.test.A @ x) == s.test.y))
+        elif "train_accuracy" in out:
+            out["accuracy"] = out["train_accuracy"]
         return out
 
     def execute(self) -> RunSummary | None:
@@ -234,6 +311,7 @@ class Run:
         me = s.worker_ranks.index(t.rank) if t.rank in s.worker_ranks else None
         xbuf = np.zeros(d + 1)          # iterate + one control word, broadcast every iteration
         x = xbuf[:d]
+        x[:] = self.x0                  # identical on every rank (zeros, or the seeded MLP init)
         ctrl = np.zeros(1)              # eval-point decision (untimed, not part of the algorithm)
         wstate = alg.worker_init(me, s.local) if me is not None else None
         vals = alg.agree_values(wstate) if wstate is not None else None
@@ -254,7 +332,7 @@ class Run:
             bits_model = np.zeros(n)
             bits_wire = np.zeros(n)
             bits_down = 0.0
-            x0_dist = float(np.sum((x - s.opt.x) ** 2))
+            x0_dist = float(np.sum((x - s.opt.x) ** 2)) if s.opt is not None else 0.0
             f0_gap = None
             rw = self.writer.begin_run(self.rp.run_id, self._attrs(), n, t.size) if self.writer else None
             status, reason = "completed", "iterations"
@@ -273,13 +351,15 @@ class Run:
                 if rw is not None:
                     rw.append(row)
                 last_row = row
-                gap = row["suboptimality"]
+                # progress measure: f − f* where an optimum exists, else the training loss
+                gap = row["suboptimality"] if s.opt is not None else row["loss"]
                 if f0_gap is None:
-                    f0_gap = max(gap, 1e-300)
+                    f0_gap = max(abs(gap), 1e-300)
                 decision = CONTINUE
                 if not math.isfinite(row["loss"]) or gap > r["divergence_factor"] * f0_gap:
-                    status, reason, decision = "diverged", f"f - f* = {gap:.3g} at iteration {it}", STOP
-                elif r["tolerance"] > 0 and gap <= r["tolerance"]:
+                    what = "f - f*" if s.opt is not None else "loss"
+                    status, reason, decision = "diverged", f"{what} = {gap:.3g} at iteration {it}", STOP
+                elif r["tolerance"] > 0 and s.opt is not None and gap <= r["tolerance"]:
                     status, reason, decision = "completed", f"tolerance {r['tolerance']:g} reached", STOP
                 ctrl[0] = decision
             t.bcast_control(ctrl)
@@ -409,8 +489,9 @@ class Run:
              "budget_applied": self.budget_applied, "seed": r["seed"], "dataset": rc["data"]["dataset"],
              "partition": rc["data"]["partition"], "problem": rc["problem"]["kind"],
              "l2": rc["problem"]["l2"], "l1": rc["problem"]["l1"], "d": s.d, "n_workers": s.n_workers,
-             "server": r["server"], "f_star": s.opt.f, "x_star_grad_norm": s.opt.grad_norm,
-             "f_star_method": s.opt.method, "L_max": s.L_max, "setup_seconds": s.setup_seconds,
+             "server": r["server"], "f_star": s.opt.f if s.opt else np.nan,
+             "x_star_grad_norm": s.opt.grad_norm if s.opt else np.nan,
+             "f_star_method": s.opt.method if s.opt else "none (nonconvex or no reference)", "L_max": s.L_max, "setup_seconds": s.setup_seconds,
              "iterations": r["iterations"], "eval_every": r["eval_every"], "batch": r["batch"]}
         a.update(self.alg.describe())
         return a

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from .diana import Dcgd, Diana
+from .local_sgd import LocalSGD
 
 REGISTRY = {
     "dcgd": (Dcgd, "distributed compressed (S)GD = DIANA with α = 0 (QSGD / TernGrad / DQGD)"),
     "diana": (Diana, "DIANA: compressed gradient differences with learned shifts (Mishchenko et al. 2019)"),
+    "local-sgd": (LocalSGD, "local SGD rounds, per-tensor compressed model deltas, error feedback (DAGC setting)"),
 }
 
 
