@@ -5,6 +5,11 @@ and a default; an unknown key or a wrongly typed value is a :class:`ConfigError`
 in ``[sweep]`` expand to their Cartesian product, in the order the keys are written; a sweep key is
 either a bare key name that exists in exactly one section (``algorithm``) or ``section.key``.
 A key given with ``--set`` wins over the same key in ``[sweep]``.
+
+``[[variant]]`` tables (optional) name settings that go together — e.g. an allocation with the
+compressor and budget it needs — which a Cartesian product cannot express: the grid is then
+variants × sweep. Each variant holds ``section.key = value`` settings (or sub-tables) and an
+optional ``label``.
 """
 from __future__ import annotations
 
@@ -43,6 +48,7 @@ def _nonneg(v):
 SCHEMA: dict[str, dict[str, Key]] = {
     "": {
         "name": Key(str, "default", "experiment name (results file is <name>-<timestamp>.h5)"),
+        "label": Key(str, "", "a run's label, e.g. the method name a [[variant]] gives (used in tables and plots)"),
     },
     "data": {
         "dataset": Key(str, "breast-cancer", "built-in name, 'libsvm:<path>' or 'synthetic:<kind>,opt=val,...'"),
@@ -96,6 +102,7 @@ def defaults() -> dict:
         for k, spec in keys.items():
             target[k] = copy.deepcopy(spec.default)
     cfg["sweep"] = {}
+    cfg["variant"] = []
     return cfg
 
 
@@ -149,7 +156,17 @@ def all_keys() -> list[str]:
 def merge(cfg: dict, user: dict, source: str) -> dict:
     """Merge a parsed TOML document into cfg, validating every key and type."""
     for top, val in user.items():
-        if top == "sweep":
+        if top == "variant":
+            if not isinstance(val, list) or not all(isinstance(v, dict) for v in val):
+                raise ConfigError(f"{source}: variants are written as [[variant]] tables")
+            for j, table in enumerate(val):
+                entry = {}
+                for vk, vv in _flatten(table):
+                    sec, k = _locate(vk)
+                    _check_value(sec, k, vv)
+                    entry[f"{sec}.{k}" if sec else k] = vv
+                cfg["variant"].append(entry)
+        elif top == "sweep":
             if not isinstance(val, dict):
                 raise ConfigError(f"{source}: [sweep] must be a table")
             for sk, sv in _flatten(val):
@@ -219,24 +236,30 @@ def apply_overrides(cfg: dict, overrides: list[str]) -> dict:
             merge(cfg, {k: value}, "--set")
         else:
             merge(cfg, {sec: {k: value}}, "--set")
-        cfg["sweep"].pop(f"{sec}.{k}" if sec else k, None)
+        full = f"{sec}.{k}" if sec else k
+        cfg["sweep"].pop(full, None)
+        for variant in cfg["variant"]:
+            variant.pop(full, None)
     return cfg
 
 
 def expand(cfg: dict) -> list[dict]:
-    """The grid: one fully resolved config (without [sweep]) per run."""
+    """The grid: one fully resolved config (without [sweep] and [[variant]]) per run;
+    variants outermost, then the sweep's Cartesian product."""
     keys = list(cfg["sweep"])
     grids = [cfg["sweep"][k] for k in keys]
     runs = []
-    for combo in itertools.product(*grids) if keys else [()]:
-        run = copy.deepcopy({k: v for k, v in cfg.items() if k != "sweep"})
-        for key, value in zip(keys, combo):
-            sec, k = _locate(key)
-            if sec == "":
-                run[k] = value
-            else:
-                run[sec][k] = value
-        runs.append(run)
+    for variant in cfg.get("variant") or [{}]:
+        for combo in itertools.product(*grids) if keys else [()]:
+            run = copy.deepcopy({k: v for k, v in cfg.items() if k not in ("sweep", "variant")})
+            settings = list(variant.items()) + list(zip(keys, combo))
+            for key, value in settings:
+                sec, k = _locate(key)
+                if sec == "":
+                    run[k] = value
+                else:
+                    run[sec][k] = value
+            runs.append(run)
     return runs
 
 

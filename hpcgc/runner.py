@@ -484,7 +484,7 @@ class Run:
 
     def _attrs(self) -> dict:
         s, r, rc = self.s, self.r, self.rp.cfg
-        a = {"config": config.to_toml(rc), "algorithm": r["algorithm"], "compressor": self.comp.spec,
+        a = {"config": config.to_toml(rc), "label": rc["label"], "algorithm": r["algorithm"], "compressor": self.comp.spec,
              "compressor_name": self.comp.name, "allocation": r["allocation"], "budget": r["budget"],
              "budget_applied": self.budget_applied, "seed": r["seed"], "dataset": rc["data"]["dataset"],
              "partition": rc["data"]["partition"], "problem": rc["problem"]["kind"],

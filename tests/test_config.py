@@ -79,3 +79,34 @@ def test_unknown_section_and_key_in_file(tmp_path):
 def test_resolved_config_round_trips_through_toml():
     for run in config.expand(config.default_experiment()):
         assert config.tomllib.loads(config.to_toml(run)) == run
+
+
+def test_variants_times_sweep_and_set_wins(tmp_path):
+    p = tmp_path / "v.toml"
+    p.write_text('''name = "v"
+[run]
+algorithm = "local-sgd"
+[[variant]]
+label = "uniform top-k"
+run.allocation = "uniform"
+run.compressor = "topk:k=1"
+run.budget = 0.1
+[[variant]]
+label = "DAGC-A"
+[variant.run]
+allocation = "dagc-a"
+compressor = "threshold:lam=0.01"
+budget = 0.002
+[sweep]
+seed = [0, 1, 2]
+''')
+    cfg = config.load_file(str(p))
+    runs = config.expand(cfg)
+    assert len(runs) == 2 * 3
+    assert [(r["run"]["allocation"], r["run"]["budget"], r["run"]["seed"]) for r in runs[2:4]] == [
+        ("uniform", 0.1, 2), ("dagc-a", 0.002, 0)]
+    config.apply_overrides(cfg, ["run.budget=0.5"])
+    assert {r["run"]["budget"] for r in config.expand(cfg)} == {0.5}
+    p.write_text('[[variant]]\nrun.budgt = 1\n')
+    with pytest.raises(ConfigError, match="run.budgt"):
+        config.load_file(str(p))

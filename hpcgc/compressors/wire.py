@@ -4,8 +4,10 @@ Every payload is a 1-D ``uint8`` array, exactly the bytes handed to MPI. It star
 8-byte little-endian header::
 
     offset  size  field
-    0       1     format id      (one per wire format: identity 1, qsgd 2, quant/terngrad 3, randk 4)
-    1       1     flags          bit 0: scales/values are float64 (``fp64=true``); bits 1-7 zero
+    0       1     format id      (one per wire format; the table is in ``docs/compressors.md``)
+    1       1     flags          bit 0: scales/values are float64 (``fp64=true``);
+                                 bit 1: sparse indices are Elias-omega coded gaps (else fixed
+                                 ⌈log₂d⌉-bit fields); bits 2-7 zero
     2       2     fingerprint    uint16: low 16 bits of CRC-32 of the compressor's canonical spec
     4       4     d              uint32: dimension of the encoded vector
 
@@ -40,6 +42,8 @@ if sys.byteorder != "little":  # pragma: no cover - every current HPC platform i
 HEADER_BYTES = 8
 MAX_D = 2**32 - 1          # d is stored as uint32
 FLAG_FP64 = 0x01
+FLAG_ELIAS = 0x02
+"""Sparse formats: the index stream is Elias-omega coded gaps (see :mod:`.sparse`)."""
 TRITS_PER_BYTE = 5
 CHUNK = 5120
 """Entries per chunk in the dithering kernels: a multiple of 5 and of 8, so every chunk starts on
@@ -76,8 +80,10 @@ def as_payload(payload) -> np.ndarray:
 
 
 def check_header(payload: np.ndarray, who: str, fmt: int, flags: int, fp: int, d: int,
-                 expected_len: int) -> None:
-    """Raise PayloadError unless ``payload`` has this header and exactly ``expected_len`` bytes."""
+                 expected_len: int, free_flags: int = 0, exact: bool = True) -> int:
+    """Raise PayloadError unless ``payload`` has this header and exactly ``expected_len`` bytes
+    (at least ``expected_len`` if not ``exact``: variable-length bodies check their end
+    themselves). Flag bits in ``free_flags`` may take either value; the flags byte is returned."""
     n = payload.size
     if n < HEADER_BYTES:
         raise PayloadError(f"{who}: payload truncated: {n} bytes, shorter than the "
@@ -87,7 +93,7 @@ def check_header(payload: np.ndarray, who: str, fmt: int, flags: int, fp: int, d
     p_d = int(payload[4]) | (int(payload[5]) << 8) | (int(payload[6]) << 16) | (int(payload[7]) << 24)
     if p_fmt != fmt:
         raise PayloadError(f"{who}: corrupted or foreign payload: format id {p_fmt}, expected {fmt}")
-    if p_flags != flags:
+    if (p_flags & ~free_flags) != flags:
         raise PayloadError(f"{who}: corrupted header or parameter mismatch: flags {p_flags:#04x}, "
                            f"expected {flags:#04x}")
     if p_fp != fp:
@@ -95,9 +101,10 @@ def check_header(payload: np.ndarray, who: str, fmt: int, flags: int, fp: int, d
                            f"is corrupted (fingerprint {p_fp:#06x}, expected {fp:#06x})")
     if p_d != d:
         raise PayloadError(f"{who}: payload encodes dimension d={p_d}, but d={d} was requested")
-    if n != expected_len:
+    if n < expected_len or (exact and n != expected_len):
         what = "truncated" if n < expected_len else "has trailing bytes"
         raise PayloadError(f"{who}: payload {what}: {n} bytes, expected {expected_len} for d={d}")
+    return p_flags
 
 
 def read_scales(payload: np.ndarray, offset: int, count: int, fp64: bool) -> np.ndarray:
