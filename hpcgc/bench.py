@@ -174,6 +174,9 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:               # output piped into `head` and closed: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception:  # a bug, not a user mistake: show it and take every rank down (no hang)
         sys.stderr.write(f"hpcgc: internal error on rank {rank}:\n{traceback.format_exc()}")
         from .transport import Transport

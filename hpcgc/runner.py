@@ -8,6 +8,7 @@ through their public API, and HDF5 only through :mod:`hpcgc.results`.
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass
 
@@ -58,8 +59,11 @@ def plan(cfg: dict) -> list[RunPlan]:
             raise ConfigError(f"run.momentum must be in [0, 1), got {r['momentum']!r}")
         if isinstance(r["alpha"], str) and r["alpha"] != "theory":
             raise ConfigError(f"run.alpha must be a number in (0, 1] or 'theory', got {r['alpha']!r}")
-        tag = comp.spec.replace(":", "_").replace(",", "_").replace("=", "")
-        runs.append(RunPlan(i, f"{i:03d}-{r['algorithm']}-{tag}-s{r['seed']}", rc))
+        tag = rc["label"] or f"{r['algorithm']}-{comp.spec}"
+        if r["allocation"] != "uniform" and not rc["label"]:
+            tag += f"-{r['allocation']}"
+        tag = re.sub(r"[^A-Za-z0-9.+-]+", "_", tag.replace("=", ""))
+        runs.append(RunPlan(i, f"{i:03d}-{tag}-s{r['seed']}", rc))
     return runs
 
 
