@@ -441,7 +441,7 @@ class Run:
             rw.write_table("workers", {
                 "rank": np.array(s.worker_ranks), "samples": s.samples,
                 "compression_ratio": np.where(np.isnan(self.ratios), 1.0, self.ratios),
-                "threshold": np.full(n, np.nan), "label_histogram": s.label_hist,
+                "threshold": self.thresholds, "label_histogram": s.label_hist,
                 "one_time_bits": one_time["model"], "one_time_bits_wire": one_time["wire"],
                 "crossed_network": crossed, "smoothness": s.L_local,
                 "sender_bytes_up": sent[s.worker_ranks, 0]})

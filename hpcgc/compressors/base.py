@@ -10,8 +10,9 @@ A compressor class declares, once, its name, a one-line description and a tuple 
 * payload coercion and the default, non-fused :meth:`Compressor.decompress_add`.
 
 A subclass implements ``_compress(x, seed)``, ``_decompress(payload, d)`` (and, to avoid a dense
-temporary, ``_decompress_add(payload, d, out, weight)``), ``omega(d)``, ``model_bits(payload, d)``
-and, when some parameter constraint depends on d, ``_validate(d)``. Payload lengths and headers are
+temporary, ``_decompress_add(payload, d, out, weight)``), ``omega(d)`` (None if biased),
+``delta(d)`` for biased (contractive) compressors, ``model_bits(payload, d)`` and, when some
+parameter constraint depends on d, ``_validate(d)``. Payload lengths and headers are
 checked before any kernel runs.
 """
 from __future__ import annotations
@@ -251,6 +252,15 @@ class Compressor(ABC):
     @abstractmethod
     def omega(self, d: int) -> float | None:
         """Variance parameter ω for dimension d: E‖C(x) − x‖² ≤ ω‖x‖² (None if biased)."""
+
+    def delta(self, d: int) -> float | None:
+        """Contraction parameter δ for dimension d: ‖C(x) − x‖² ≤ (1 − δ)‖x‖² for every x (in
+        expectation for random compressors), the constant error feedback needs; None where no
+        such δ > 0 exists for every x (e.g. plain sign, hard threshold, unbiased compressors with
+        ω ≥ 1 — scale those by 1/(1 + ω) to get δ = 1/(1 + ω)). Default: 1 − ω for unbiased
+        compressors with ω < 1 (E‖C(x) − x‖² ≤ ω‖x‖²), else None."""
+        om = self.omega(d) if self.unbiased else None
+        return None if om is None or om >= 1.0 else 1.0 - om
 
     @abstractmethod
     def model_bits(self, payload, d: int) -> int:
