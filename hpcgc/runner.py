@@ -247,7 +247,8 @@ class Run:
         self.x0 = s.model.init(self.r["seed"]) if s.model is not None else np.zeros(s.d)
         segments = s.model.segments if s.model is not None else [("x", 0, s.d, (s.d,))]
         self.alg = alg_cls(self.comps, d=s.d, n_workers=s.n_workers, weights=weights,
-                           problem_info={"L_max": s.L_max, "L": s.L, "mu": rc["problem"]["l2"], "segments": segments},
+                           problem_info={"L_max": s.L_max, "L": s.L, "mu": rc["problem"]["l2"], "segments": segments,
+                                         "kind": rc["problem"]["kind"]},
                            options={**self.r, "l1": rc["problem"]["l1"], "ratios": self.ratios,
                                     "thresholds": self.thresholds})
         seq = np.random.SeedSequence(self.r["seed"]).spawn(transport.size)[transport.rank]
@@ -275,6 +276,7 @@ class Run:
             self.budget_applied = True
         else:
             comps = [self.comp] * s.n_workers
+        comps = [c.for_run(d=s.d, n_workers=s.n_workers) for c in comps]
         for c in comps:
             c.validate(s.d)
         if "k" in self.comp.params and not self.budget_applied:

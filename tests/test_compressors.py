@@ -31,11 +31,22 @@ UNBIASED_SPECS = [
     "terngrad",
     "randk:k=5",
     "randk:k=37",
+    "randk:k=37,shared_seed=true",
+    "randk:k=150",
 ]
 ALL_SPECS = ["identity", "identity:fp64=true", "qsgd", "qsgd:s=1", "qsgd:s=7,bucket=64",
              "qsgd:s=255,bucket=512", "quant", "quant:p=inf,block=32", "quant:p=2,block=100",
              "terngrad", "terngrad:block=33", "randk:k=1", "randk:k=10", "randk:k=1000",
-             "randk:k=3,fp64=true", "quant:p=inf,fp64=true"]
+             "randk:k=3,fp64=true", "quant:p=inf,fp64=true", "randk:k=10,shared_seed=true",
+             "randk:k=900", "randk:k=3,shared_seed=true,fp64=true",
+             "topk:k=1", "topk:k=10", "topk:k=700", "topk:k=5,fp64=true",
+             "threshold:lam=0.5", "threshold:lam=2.5", "threshold:lam=0", "threshold:lam=1.0,fp64=true",
+             "sign", "scaled-sign", "scaled-sign:fp64=true"]
+BIASED = ("topk", "threshold", "sign", "scaled-sign")
+DETERMINISTIC = ("identity", "topk", "threshold", "sign", "scaled-sign")
+MIN_PARAMS = {"identity": {}, "qsgd": {}, "quant": {}, "terngrad": {}, "randk": {"k": 1},
+              "topk": {"k": 1}, "threshold": {"lam": 1.0}, "sign": {}, "scaled-sign": {}}
+"""The compressors this file covers, with parameters valid for any d ≥ 1."""
 
 
 def rng(seed=0):
@@ -126,7 +137,13 @@ def test_spec_canonical_forms():
     assert compressors.make("terngrad").spec == "terngrad:block=inf"
     assert compressors.make("randk:k=10").spec == "randk:k=10"
     assert compressors.make("randk:k=1e3").params["k"] == 1000
-    assert compressors.make("randk", k=np.int64(7)).params == {"k": 7, "fp64": False}
+    assert compressors.make("randk", k=np.int64(7)).params == {"k": 7, "shared_seed": False, "fp64": False}
+    assert compressors.make("randk:k=7,shared_seed=true").spec == "randk:k=7,shared_seed=true"
+    assert compressors.make("topk:k=7").spec == "topk:k=7"
+    assert compressors.make("threshold:lam=0.5").spec == "threshold:lam=0.5"
+    assert compressors.make("threshold", lam=1).spec == "threshold:lam=1.0"
+    assert compressors.make("sign").spec == "sign"
+    assert compressors.make("scaled-sign:fp64=true").spec == "scaled-sign:fp64=true"
     assert compressors.make("identity").spec == "identity"
     c = compressors.make("qsgd:s=4")
     assert compressors.make(c) is c
@@ -145,9 +162,10 @@ def test_omega_values():
     assert compressors.make("quant:p=inf,block=16").omega(400) == pytest.approx(1.5)
     assert compressors.make("quant:p=2,block=1000").omega(400) == pytest.approx(19.0)
     assert compressors.make("terngrad").omega(400) == pytest.approx(9.5)
-    for name in compressors.available():
-        c = compressors.make(name, **({"k": 1} if name == "randk" else {}))
-        assert c.unbiased and c.omega(10) is not None
+    for name, params in MIN_PARAMS.items():
+        c = compressors.make(name, **params)
+        assert c.unbiased == (name not in BIASED)
+        assert (c.omega(10) is not None) == c.unbiased
 
 
 # ------------------------------------------------------------------------------------------------
@@ -272,10 +290,22 @@ def check_decoded(c, x, y):
     """y = decompress(compress(x)) takes the values the mathematics allows."""
     d = x.shape[0]
     assert y.dtype == np.float64 and y.shape == (d,)
+    if c.name in ("sign", "scaled-sign"):
+        scale = 1.0
+        if c.name == "scaled-sign":
+            scale = np.abs(x).sum() / d
+            scale = scale if c.params["fp64"] else float(np.float32(scale))
+        np.testing.assert_array_equal(y, np.where(x < 0, -scale, scale))
+        return
     nonzero = y != 0
     assert np.all(np.sign(y[nonzero]) == np.sign(x[nonzero]))
     assert np.all(y[x == 0] == 0)
-    if c.name == "identity":
+    vals = x if c.params.get("fp64") else x.astype(np.float32).astype(np.float64)
+    if c.name == "topk":
+        np.testing.assert_array_equal(y, topk_oracle(x, c.k, c.params["fp64"]))
+    elif c.name == "threshold":
+        np.testing.assert_array_equal(y, np.where(np.abs(x) >= c.lam, vals, 0.0))
+    elif c.name == "identity":
         want = x if c.params["fp64"] else x.astype(np.float32).astype(np.float64)
         assert np.array_equal(y, want)
     elif c.name in ("quant", "terngrad"):
@@ -311,6 +341,14 @@ def check_decoded(c, x, y):
         assert np.array_equal(y[nz], scale * vals[nz])
     else:
         raise AssertionError(c.name)
+
+
+def topk_oracle(x, k, fp64=False):
+    """Top-k by a stable full sort: the k largest |x_j|, ties to the lowest index."""
+    order = np.argsort(-np.abs(x), kind="stable")[:k]
+    y = np.zeros(x.shape[0])
+    y[order] = x[order] if fp64 else x[order].astype(np.float32)
+    return y
 
 
 @pytest.mark.parametrize("spec", ALL_SPECS)
@@ -357,7 +395,7 @@ def test_small_dimensions(spec):
     c = compressors.make(spec)
     g = rng(6)
     for d in range(1, 13):
-        if c.name == "randk" and c.k > d:
+        if c.name in ("randk", "topk") and c.k > d:
             with pytest.raises(ConfigError):
                 c.compress(np.ones(d), g)
             continue
@@ -377,7 +415,7 @@ def test_zero_vector_and_huge_values():
         if spec.startswith("randk") and c.k > d:
             continue
         y = c.decompress(c.compress(np.zeros(d), rng()), d)
-        assert np.all(y == 0), spec
+        assert np.all(y == (1.0 if c.name == "sign" else 0.0)), spec      # sign(0) is sent as +1
     # tiny vectors do not underflow to a zero norm; huge ones need fp64 scales
     x = np.full(100, 1e-170)
     c = compressors.make("quant:p=2,fp64=true")
@@ -461,7 +499,7 @@ def test_deterministic(spec):
     for a, b in zip(p1, p2):
         np.testing.assert_array_equal(a, b)
     assert g1.integers(2**62) == g2.integers(2**62)         # both drew the same amount
-    if c.name not in ("identity",) and not (c.name == "randk" and c.k >= 5000):
+    if c.name not in DETERMINISTIC and not (c.name == "randk" and c.k >= 5000):
         assert not np.array_equal(p1[0], p1[1])              # fresh randomness every call
     # a compressor draws exactly one number from the Generator per call
     g3, g4 = rng(7), rng(7)
@@ -496,6 +534,17 @@ def test_deterministic(spec):
     ("randk", {}, "k"),
     ("randk", {"k": 0}, "k"),
     ("randk", {"k": -1}, "k"),
+    ("randk", {"k": 2, "shared_seed": 1}, "shared_seed"),
+    ("topk", {}, "k"),
+    ("topk", {"k": 0}, "k"),
+    ("topk", {"k": 1.5}, "k"),
+    ("topk", {"k": 2**32}, "k"),
+    ("threshold", {}, "lam"),
+    ("threshold", {"lam": -1.0}, "lam"),
+    ("threshold", {"lam": float("nan")}, "lam"),
+    ("threshold", {"lam": float("inf")}, "lam"),
+    ("sign", {"fp64": True}, "fp64"),
+    ("scaled-sign", {"k": 3}, "k"),
     ("identity", {"fp64": "maybe"}, "fp64"),
     ("identity", {"fp64": 1}, "fp64"),
     ("qsgd:foo=1", {}, "foo"),
@@ -558,7 +607,8 @@ def test_nonfinite_input(spec, bad, where):
 def test_float32_overflow_values():
     x = np.ones(10)
     x[4] = 1e39
-    for spec in ("identity", "randk:k=10", "quant", "qsgd", "terngrad"):
+    for spec in ("identity", "randk:k=10", "quant", "qsgd", "terngrad", "topk:k=3", "threshold:lam=0.5",
+                 "scaled-sign"):
         with pytest.raises(ValueError, match="fp64=true"):
             compressors.make(spec).compress(x, rng())
         c = compressors.make(spec, fp64=True)
@@ -742,7 +792,7 @@ def test_block_norm_kernels():
 
 @st.composite
 def compressor_specs(draw, d):
-    name = draw(st.sampled_from(["identity", "qsgd", "quant", "terngrad", "randk"]))
+    name = draw(st.sampled_from(sorted(MIN_PARAMS)))
     fp64 = draw(st.booleans())
     if name == "qsgd":
         params = {"s": draw(st.sampled_from([1, 2, 3, 4, 7, 8, 15, 100, 255, 256, 2**20])),
@@ -752,9 +802,15 @@ def compressor_specs(draw, d):
         if name == "quant":
             params["p"] = draw(st.sampled_from([2, math.inf]))
     elif name == "randk":
-        params = {"k": draw(st.integers(1, d))}
+        params = {"k": draw(st.integers(1, d)), "shared_seed": draw(st.booleans())}
+    elif name == "topk":
+        params = {"k": draw(st.one_of(st.integers(1, d), st.integers(max(1, d - 3), d)))}
+    elif name == "threshold":
+        params = {"lam": draw(st.sampled_from([0.0, 1e-30, 0.1, 1.0, 2.0, 1e30]))}
     else:
         params = {}
+    if name == "sign":
+        return compressors.make(name)
     return compressors.make(name, fp64=fp64, **params)
 
 
@@ -806,7 +862,7 @@ def test_properties(data):
     y = c.decompress(p, d)
     x64 = x.astype(np.float64)
     check_decoded(c, x64, y)
-    if not np.any(x64):
+    if not np.any(x64) and c.name != "sign":
         assert not np.any(y)
     w = data.draw(st.sampled_from([1.0, -0.5, 3.0]))
     out = np.linspace(-1, 1, d)
@@ -816,7 +872,14 @@ def test_properties(data):
     # round trip of the spec, and ω well defined for this d
     assert compressors.make(c.spec) == c
     om = c.omega(d)
-    assert om >= 0.0 and math.isfinite(om)
+    if c.unbiased:
+        assert om >= 0.0 and math.isfinite(om)
+    else:
+        assert om is None
+        dl = c.delta(d)
+        assert dl is None or 0.0 < dl <= 1.0
+        if dl is not None:       # ‖C(x) − x‖² ≤ (1 − δ)‖x‖² (float32 values: relative slack)
+            assert np.sum((y - x64) ** 2) <= (1 - dl) * np.sum(x64**2) * (1 + 1e-6) + 1e-300
     # truncated payloads are always rejected
     with pytest.raises(PayloadError):
         c.decompress(p[:-1], d)

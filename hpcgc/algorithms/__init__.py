@@ -4,11 +4,14 @@ from __future__ import annotations
 from ..errors import ConfigError
 from .diana import Dcgd, Diana
 from .local_sgd import LocalSGD
+from .smoothness import DcgdPlus, DianaPlus
 
 REGISTRY = {
     "dcgd": (Dcgd, "distributed compressed (S)GD = DIANA with α = 0 (QSGD / TernGrad / DQGD)"),
     "diana": (Diana, "DIANA: compressed gradient differences with learned shifts (Mishchenko et al. 2019)"),
     "local-sgd": (LocalSGD, "local SGD rounds, per-tensor compressed model deltas, error feedback (DAGC setting)"),
+    "dcgd+": (DcgdPlus, "DCGD+: DCGD with smoothness-aware compression S_i Q(S_i^- g) (Wang, Safaryan, Richtárik 2022)"),
+    "diana+": (DianaPlus, "DIANA+: DIANA with smoothness-aware compression S_i Q(S_i^- .) (Wang, Safaryan, Richtárik 2022)"),
 }
 
 

@@ -24,6 +24,12 @@ from .identity import Identity
 from .qsgd import QSGD
 from .quant import Quant, TernGrad
 from .randk import RandK
+from .dither_plus import Dither, QuantPlus
+from .block_quant import BlockDither, BlockQuantPlus
+from .sparsify_plus import RandTauPlus
+from .sign import ScaledSign, Sign
+from .threshold import Threshold
+from .topk import TopK
 
 REGISTRY: dict[str, type[Compressor]] = {
     "identity": Identity,
@@ -31,6 +37,15 @@ REGISTRY: dict[str, type[Compressor]] = {
     "quant": Quant,
     "terngrad": TernGrad,
     "randk": RandK,
+    "dither": Dither,
+    "quant+": QuantPlus,
+    "block-dither": BlockDither,
+    "block-quant+": BlockQuantPlus,
+    "rand-tau+": RandTauPlus,
+    "topk": TopK,
+    "threshold": Threshold,
+    "sign": Sign,
+    "scaled-sign": ScaledSign,
 }
 """Name → class. Keys must equal the classes' ``name``."""
 

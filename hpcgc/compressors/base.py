@@ -266,6 +266,13 @@ class Compressor(ABC):
     def model_bits(self, payload, d: int) -> int:
         """Paper-formula bit count of this message (see ``docs/compressors.md``)."""
 
+    # -- run context -----------------------------------------------------------------------------
+    def for_run(self, *, d: int, n_workers: int) -> "Compressor":
+        """This compressor with parameters that depend on the run resolved (the runner calls it
+        once per worker compressor, before ``validate``): e.g. ``dither``'s automatic
+        s = ⌊√d/n⌋. The spec string stays as the user wrote it. Default: ``self``."""
+        return self
+
     # -- dimension checks ------------------------------------------------------------------------
     def validate(self, d: int) -> None:
         """Raise ConfigError if these parameters are impossible for dimension d."""

@@ -8,10 +8,10 @@ bit 1 (``wire.FLAG_ELIAS``):
   nnz·w bits;
 * **Elias-omega gaps** (flag 1): the gaps g_0 = j_0 + 1, g_i = j_i − j_{i−1} (all ≥ 1), each
   Elias-omega coded (Elias, *Universal codeword sets and representations of the integers*, IEEE
-  Trans. IT 21(2), 1975), Σ_i |ω(g_i)| bits. The code of n is the recursive prefix
-  ``ω(⌊log₂n⌋) · binary(n) · 0`` with ω(1) = ``0``; groups are written MSB-first (the usual bit
-  order of this code): stream bit b is bit 7 − (b mod 8) of byte ⌊b/8⌋; the last byte is padded
-  with zero bits.
+  Trans. IT 21(2), 1975), Σ_i |ω(g_i)| bits. The code of n ≥ 1 is R(n)·``0`` with R(1) empty
+  and R(n) = R(⌊log₂n⌋)·binary(n). The stream is LSB-first like every bit stream here (stream
+  bit b is bit b mod 8 of byte ⌊b/8⌋) and each code is written first bit first (the same layout
+  as :mod:`.elias_omega`); the last byte is padded with zero bits.
 
 Ties go to the fixed encoding. Both are bounds-checked on decode: a stream that runs past its
 end, codes a gap that leaves [0, d), has a group longer than 32 bits, leaves whole bytes unused or
@@ -21,11 +21,15 @@ Model bits of a sparse message count the encoding actually used: nnz·F + min(nn
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 from numba import njit
 
 from ..errors import PayloadError
 from . import wire
+from .base import Compressor
+from .norms import nonfinite_flag
 
 # decode status codes (negative: error)
 ERR_TRUNCATED = -1
@@ -91,11 +95,23 @@ def elias_gap_bits(idx):
 
 
 @njit(cache=True)
+def reverse_bits(v, n):
+    """The low n bits of v (uint64, 1 ≤ n ≤ 64) in reverse order."""
+    v = np.uint64(v)
+    v = ((v >> np.uint64(1)) & np.uint64(0x5555555555555555)) | ((v & np.uint64(0x5555555555555555)) << np.uint64(1))
+    v = ((v >> np.uint64(2)) & np.uint64(0x3333333333333333)) | ((v & np.uint64(0x3333333333333333)) << np.uint64(2))
+    v = ((v >> np.uint64(4)) & np.uint64(0x0F0F0F0F0F0F0F0F)) | ((v & np.uint64(0x0F0F0F0F0F0F0F0F)) << np.uint64(4))
+    v = ((v >> np.uint64(8)) & np.uint64(0x00FF00FF00FF00FF)) | ((v & np.uint64(0x00FF00FF00FF00FF)) << np.uint64(8))
+    v = ((v >> np.uint64(16)) & np.uint64(0x0000FFFF0000FFFF)) | ((v & np.uint64(0x0000FFFF0000FFFF)) << np.uint64(16))
+    v = (v >> np.uint64(32)) | (v << np.uint64(32))
+    return v >> np.uint64(64 - n)
+
+
+@njit(cache=True)
 def elias_omega_encode_gaps(idx, out, offset):
-    """Write the Elias-omega codes of the gaps of increasing ``idx`` MSB-first into
-    ``out[offset:]``; returns the number of bytes written (= ⌈elias_gap_bits(idx)/8⌉)."""
-    groups = np.empty(8, dtype=np.int64)
-    widths = np.empty(8, dtype=np.int64)
+    """Write the Elias-omega codes of the gaps of increasing ``idx`` into ``out[offset:]``
+    (LSB-first stream, each code first bit first); returns the number of bytes written
+    (= ⌈elias_gap_bits(idx)/8⌉). Unused high bits of the last byte are zero."""
     acc = np.uint64(0)
     nacc = 0
     pos = offset
@@ -104,28 +120,22 @@ def elias_omega_encode_gaps(idx, out, offset):
         j = np.int64(idx[i])
         n = j - prev
         prev = j
-        ng = 0
-        while n > 1:                      # groups from the last (binary(g)) to the first
+        code = np.uint64(0)          # the code in natural order, built from its last group
+        length = 1                   # the terminating 0
+        while n > 1:
             b = bit_length(n)
-            groups[ng] = n
-            widths[ng] = b
-            ng += 1
+            code |= np.uint64(n) << np.uint64(length)
+            length += b
             n = b - 1
-        for t in range(ng - 1, -1, -1):
-            acc = (acc << np.uint64(widths[t])) | np.uint64(groups[t])
-            nacc += widths[t]
-            while nacc >= 8:
-                nacc -= 8
-                out[pos] = np.uint8((acc >> np.uint64(nacc)) & np.uint64(0xFF))
-                pos += 1
-        acc <<= np.uint64(1)              # the terminating 0
-        nacc += 1
-        if nacc >= 8:
+        acc |= reverse_bits(code, length) << np.uint64(nacc)
+        nacc += length
+        while nacc >= 8:
+            out[pos] = np.uint8(acc & np.uint64(0xFF))
+            acc >>= np.uint64(8)
             nacc -= 8
-            out[pos] = np.uint8((acc >> np.uint64(nacc)) & np.uint64(0xFF))
             pos += 1
     if nacc > 0:
-        out[pos] = np.uint8((acc << np.uint64(8 - nacc)) & np.uint64(0xFF))
+        out[pos] = np.uint8(acc & np.uint64(0xFF))
         pos += 1
     return pos - offset
 
@@ -140,7 +150,7 @@ def elias_omega_decode_gaps(src, offset, end, d, idx):
     ``src[offset:end]``.
     """
     buf = np.uint64(0)
-    nbuf = 0                    # valid bits at the bottom of buf
+    nbuf = 0                    # valid bits at the bottom of buf, next stream bit = bit 0
     pos = offset                # next byte to load
     prev = -1
     for i in range(idx.shape[0]):
@@ -149,23 +159,26 @@ def elias_omega_decode_gaps(src, offset, end, d, idx):
             if nbuf == 0:
                 if pos >= end:
                     return ERR_TRUNCATED
-                buf = (buf << np.uint64(8)) | np.uint64(src[pos])
+                buf = np.uint64(src[pos])
                 pos += 1
                 nbuf = 8
+            bit = buf & np.uint64(1)
+            buf >>= np.uint64(1)
             nbuf -= 1
-            if (buf >> np.uint64(nbuf)) & np.uint64(1) == 0:
+            if bit == 0:
                 break
             if n > 31:          # a group of n + 1 > 32 bits: no valid gap (< 2^32) needs it
                 return ERR_RANGE
             while nbuf < n:
                 if pos >= end:
                     return ERR_TRUNCATED
-                buf = (buf << np.uint64(8)) | np.uint64(src[pos])
+                buf |= np.uint64(src[pos]) << np.uint64(nbuf)
                 pos += 1
                 nbuf += 8
+            chunk = buf & ((np.uint64(1) << np.uint64(n)) - np.uint64(1))
+            buf >>= np.uint64(n)
             nbuf -= n
-            val = (buf >> np.uint64(nbuf)) & ((np.uint64(1) << np.uint64(n)) - np.uint64(1))
-            n = np.int64(val | (np.uint64(1) << np.uint64(n)))
+            n = np.int64(reverse_bits(chunk, n) | (np.uint64(1) << np.uint64(n)))
         j = prev + n
         if j >= d:
             return ERR_RANGE
@@ -173,10 +186,8 @@ def elias_omega_decode_gaps(src, offset, end, d, idx):
         prev = j
     if pos < end:
         return ERR_TRAILING
-    if nbuf > 0 and (buf & ((np.uint64(1) << np.uint64(nbuf)) - np.uint64(1))) != 0:
+    if nbuf > 0 and buf != 0:
         return ERR_PADDING
-    if nbuf >= 8:                # cannot happen (bytes are loaded only when needed)
-        return ERR_TRAILING
     return (pos - offset) * 8 - nbuf
 
 
@@ -261,3 +272,97 @@ def read_indices(payload: np.ndarray, offset: int, nnz: int, d: int, use_elias: 
     if tail and payload[end - 1] >> tail:
         raise PayloadError(f"{who}: corrupted payload: non-zero padding bits after the last index")
     return idx, nnz * wire.bits_for(d)
+
+
+class SparseCompressor(Compressor):
+    """Shared layout of sparse messages (after the 8-byte header)::
+
+        [nnz: uint32, only if the count varies (``VARIABLE_NNZ``)]
+        values: nnz × float32 (float64 with ``fp64=true``), or the subclass's value encoding
+        index stream: fixed ⌈log₂d⌉-bit fields or Elias-omega gaps (header flag bit 1)
+
+    Subclasses set ``VARIABLE_NNZ`` and, for fixed-count formats, implement ``_nnz(d)``; a value
+    encoding other than F-bit floats overrides ``_value_bytes``/``_value_bits``.
+    """
+
+    VARIABLE_NNZ: ClassVar[bool] = False
+
+    def _nnz(self, d: int) -> int:
+        raise NotImplementedError
+
+    def _value_bytes(self, nnz: int) -> int:
+        return nnz * self._scale_bytes
+
+    def _value_bits(self, nnz: int) -> int:
+        return nnz * self._float_bits
+
+    def _dtype(self) -> str:
+        return "<f8" if self._fp64 else "<f4"
+
+    @property
+    def _prefix(self) -> int:
+        return 4 if self.VARIABLE_NNZ else 0
+
+    def _new_sparse_payload(self, idx: np.ndarray, d: int) -> tuple[np.ndarray, int, int]:
+        """Payload for these increasing indices; returns (payload, values offset, values bytes).
+        Writes header, count and index stream; the caller writes the values."""
+        nnz = idx.shape[0]
+        use_elias, ibits = index_bits(idx, d)
+        vbytes = self._value_bytes(nnz)
+        flags = self._flags | (wire.FLAG_ELIAS if use_elias else 0)
+        payload = wire.new_payload(self._prefix + vbytes + (ibits + 7) // 8, self.FORMAT_ID, flags,
+                                   self._fingerprint, d)
+        if self.VARIABLE_NNZ:
+            payload[wire.HEADER_BYTES:wire.HEADER_BYTES + 4].view("<u4")[0] = nnz
+        voff = wire.HEADER_BYTES + self._prefix
+        write_indices(idx, d, use_elias, payload, voff + vbytes)
+        return payload, voff, vbytes
+
+    def _read_sparse(self, payload, d: int) -> tuple[np.ndarray, int, int, np.ndarray, int]:
+        """Check header, count and index stream; returns (payload, values offset, nnz, indices,
+        index bits)."""
+        payload = self._as_payload(payload, d)
+        flags = wire.check_header(payload, self.name, self.FORMAT_ID, self._flags, self._fingerprint,
+                                  d, wire.HEADER_BYTES + self._prefix, free_flags=wire.FLAG_ELIAS,
+                                  exact=False)
+        if self.VARIABLE_NNZ:
+            nnz = int.from_bytes(payload[wire.HEADER_BYTES:wire.HEADER_BYTES + 4].tobytes(), "little")
+            if nnz > d:
+                raise PayloadError(f"{self.name}: corrupted payload: {nnz} nonzeros for d={d}")
+        else:
+            nnz = self._nnz(d)
+        voff = wire.HEADER_BYTES + self._prefix
+        vbytes = self._value_bytes(nnz)
+        if payload.size < voff + vbytes:
+            raise PayloadError(f"{self.name}: payload truncated: {payload.size} bytes, shorter than "
+                               f"its {nnz} values")
+        idx, ibits = read_indices(payload, voff + vbytes, nnz, d, bool(flags & wire.FLAG_ELIAS),
+                                  self.name)
+        return payload, voff, nnz, idx, ibits
+
+    def _read_values(self, payload: np.ndarray, voff: int, nnz: int) -> np.ndarray:
+        values = wire.read_array(payload, voff, nnz, self._dtype())
+        if nonfinite_flag(values) != 0.0:
+            raise PayloadError(f"{self.name}: corrupted payload: non-finite value")
+        return values
+
+    def model_bits(self, payload, d: int) -> int:
+        """nnz·F + index bits of the encoding used (fixed nnz·⌈log₂d⌉ or Elias-omega gaps)."""
+        payload, voff, nnz, idx, ibits = self._read_sparse(payload, d)
+        return self._value_bits(nnz) + ibits
+
+    def _scale(self, d: int, nnz: int) -> float:
+        """Factor applied to the decoded values (d/k for rand-k, 1 for top-k and threshold)."""
+        return 1.0
+
+    def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
+        payload, voff, nnz, idx, _ = self._read_sparse(payload, d)
+        values = self._read_values(payload, voff, nnz)
+        out = np.zeros(d)
+        scatter_scaled(values, idx, self._scale(d, nnz), out, False)
+        return out
+
+    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
+        payload, voff, nnz, idx, _ = self._read_sparse(payload, d)
+        values = self._read_values(payload, voff, nnz)
+        scatter_scaled(values, idx, weight * self._scale(d, nnz), out, True)

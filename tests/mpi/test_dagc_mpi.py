@@ -16,31 +16,37 @@ comm = MPI.COMM_WORLD
 
 DIGITS = {"data.dataset": "digits", "data.test_fraction": 0.2, "problem.kind": "softmax", "problem.l2": 1e-4,
           "run.algorithm": "local-sgd", "run.local_steps": 5, "run.batch": 32, "run.learning_rate": 0.2,
-          "run.compressor": "randk:k=1", "run.budget": 0.1}
+          "run.compressor": "topk:k=1", "run.budget": 0.1}
 
 
-def test_wire_ledger_matches_allocated_k(shared_dir):  # noqa: F811
-    res, _, _ = run_cfg(shared_dir / "alloc.h5", dict(DIGITS, **{
-        "data.partition": "dirichlet:1+skew:10", "run.allocation": "dagc", "run.iterations": 6,
-        "run.eval_every": 1}))
+@pytest.mark.parametrize("sparsifier", ["topk", "randk"])
+def test_wire_ledger_matches_allocated_k(shared_dir, sparsifier):  # noqa: F811
+    """The bit ledger proves each worker sent its own k_i = max(1, ⌈δ_i·d_t⌉) per tensor.
+
+    Both send k_t float32 values with the indices coded as Elias-omega gaps or fixed ⌈log₂ d_t⌉ bits,
+    whichever is smaller, so their bits lie between Σ_t k_t(32 + 1) and Σ_t k_t(32 + ⌈log₂ d_t⌉) —
+    intervals that do not overlap for the different k_i of the workers here."""
+    res, _, _ = run_cfg(shared_dir / f"alloc-{sparsifier}.h5", dict(DIGITS, **{
+        "run.compressor": f"{sparsifier}:k=1", "data.partition": "dirichlet:1+skew:10",
+        "run.allocation": "dagc", "run.iterations": 6, "run.eval_every": 1}))
     run = res[0]
     samples = run.workers["samples"]
     delta = allocation.allocate("dagc", samples, 0.1)
     assert np.allclose(run.workers["compression_ratio"], delta)
     assert np.ptp(samples) > 0 and np.ptp(delta) > 0                # really skewed, really different
-    tensors = [(64, 10), (10,)]                                       # softmax on digits: W (64×10), b (10)
-    sizes = [math.prod(t) for t in tensors]
-    model = run.series["bits_up_model"]
-    wire = run.series["bits_up_wire"]
-    per_round_model = np.diff(model, axis=0)
+    sizes = [64 * 10, 10]                                             # softmax on digits: W (64×10), b (10)
+    per_round_model = np.diff(run.series["bits_up_model"], axis=0)
+    per_round_wire = np.diff(run.series["bits_up_wire"], axis=0)
     for i, dl in enumerate(delta):
         k = [min(dt, max(1, math.ceil(dl * dt - 1e-9))) for dt in sizes]
-        expected = sum(kt * (32 + math.ceil(math.log2(dt))) for kt, dt in zip(k, sizes))
-        assert np.all(per_round_model[:, i] == expected), (i, per_round_model[:, i], expected)
-    per_round_wire = np.diff(wire, axis=0)
-    assert np.all(per_round_wire >= 0.9 * per_round_model)
-    # a worker that keeps more coordinates sends more bytes
-    order = np.argsort(delta)
+        upper = sum(kt * (32 + math.ceil(math.log2(dt))) for kt, dt in zip(k, sizes))
+        lower = sum(kt * 33 for kt in k)
+        assert np.all((per_round_model[:, i] >= lower) & (per_round_model[:, i] <= upper)), (i, k)
+        # wire: the model bits plus a bounded framing (4-byte length word, per-tensor header and
+        # length, byte padding)
+        overhead = per_round_wire[:, i] - per_round_model[:, i]
+        assert np.all((overhead >= 0) & (overhead <= 8 * (4 + len(sizes) * (4 + 16 + 1)))), overhead
+    order = np.argsort(delta)                                         # more kept, more bytes
     assert np.all(np.diff(per_round_wire.mean(axis=0)[order]) >= 0)
 
 

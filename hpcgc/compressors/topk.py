@@ -1,0 +1,215 @@
+"""``topk``: keep the k entries of largest magnitude (biased, contractive with δ = k/d).
+
+C(x) = Σ_{j∈S} x_j e_j with S the indices of the k largest |x_j| (ties: lowest indices first).
+‖C(x) − x‖² = Σ_{j∉S} x_j² ≤ (1 − k/d)‖x‖² for every x (the d − k smallest squares average at
+most the mean square), so δ = k/d (`spec/compressors.md` Part C; flpytorch ``makeTopKCompressor``
+"E[|C(x)−x|²] = (1−a)|x|², a = K/D"; Stich, Cordonnier, Jaggi, *Sparsified SGD with memory*,
+NeurIPS 2018). Biased: use it with error feedback.
+
+Selection is O(d), not a sort: a radix select on the IEEE-754 bit patterns of |x_j| (which order
+like the magnitudes). One pass builds a histogram of the top bits (sign cleared) — 12 bits
+(exponent + 4 mantissa bits) for float32, 15 for float64 — which locates the bucket of the k-th
+largest magnitude; a second pass copies that bucket's keys, which further histogram passes over
+the (small) candidate set narrow to the exact k-th largest key T; a last pass emits, in index
+order, every j with |x_j| > T and the first (k − #{|x_j| > T}) with |x_j| = T. Indices come out
+sorted for free; NaN/±Inf show up in the histogram's top buckets (no extra pass).
+
+Wire format (after the 8-byte header): k values x_j (float32, or float64 with ``fp64=true``),
+then the k indices (fixed ⌈log₂d⌉ bits or Elias-omega gaps, whichever is smaller, header flag
+bit 1; :mod:`.sparse`). Model bits: k·F + index bits of the encoding used (≤ k·(F + ⌈log₂d⌉)).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ..errors import ConfigError, PayloadError
+from .base import FP64_PARAM, Param
+from .sparse import SparseCompressor, gather_checked
+
+_F32 = (np.uint32(0x7FFFFFFF), 12)         # magnitude mask, bits of the first histogram
+_F64 = (np.uint64(0x7FFFFFFFFFFFFFFF), 15)
+
+
+@njit(cache=True)
+def magnitude_histogram(keys, mask, shift, hist4):
+    """hist4[t, b] += #{i ≡ t (mod 4): (keys[i] & mask) >> shift == b}: four sub-histograms so
+    that repeated buckets do not serialise on one counter. ``mask`` has the type of ``keys``
+    (sign bit cleared: the value fits an int64)."""
+    n = keys.shape[0]
+    for q in range(n // 4):
+        hist4[0, np.int64(keys[4 * q] & mask) >> shift] += 1
+        hist4[1, np.int64(keys[4 * q + 1] & mask) >> shift] += 1
+        hist4[2, np.int64(keys[4 * q + 2] & mask) >> shift] += 1
+        hist4[3, np.int64(keys[4 * q + 3] & mask) >> shift] += 1
+    for i in range((n // 4) * 4, n):
+        hist4[0, np.int64(keys[i] & mask) >> shift] += 1
+
+
+@njit(cache=True)
+def _bucket_of_rank(hist, need):
+    """Walk buckets from the top: the bucket b holding the need-th largest (need ≥ 1) and the
+    count strictly above it."""
+    above = 0
+    b = hist.shape[0] - 1
+    while b > 0:
+        h = hist[b]
+        if above + h >= need:
+            return b, above
+        above += h
+        b -= 1
+    return 0, above
+
+
+_BLOCK = 256
+"""Entries per block in the candidate pass: a vectorised block maximum skips blocks with nothing
+at or above the k-th largest magnitude's bucket."""
+
+
+@njit(cache=True)
+def gather_at_least(keys, mask, lo, cidx, cmag):
+    """cidx, cmag ← every i with m_i = keys[i] & mask ≥ lo (int64), and m_i as int64, in
+    increasing order; returns their number."""
+    n = keys.shape[0]
+    c = 0
+    nfull = n - n % _BLOCK
+    for b0 in range(0, nfull, _BLOCK):
+        kb = keys[b0:b0 + _BLOCK]
+        m = kb[0] & mask
+        for i in range(_BLOCK):
+            m = max(m, kb[i] & mask)
+        if np.int64(m) >= lo:
+            for i in range(_BLOCK):
+                a = np.int64(kb[i] & mask)
+                if a >= lo:
+                    cidx[c] = b0 + i
+                    cmag[c] = a
+                    c += 1
+    for i in range(nfull, n):
+        a = np.int64(keys[i] & mask)
+        if a >= lo:
+            cidx[c] = i
+            cmag[c] = np.int64(a)
+            c += 1
+    return c
+
+
+@njit(cache=True)
+def narrow_to_rank(cand, nc, need, sh):
+    """The need-th largest of cand[:nc] (int64 values that agree above bit ``sh``), by histograms
+    of ≤ 11 bits at a time; returns (T, #{cand > T}). Reorders/overwrites ``cand``."""
+    above = 0
+    while sh > 0 and nc > 1:
+        w = min(sh, 11)
+        sh -= w
+        m2 = (np.int64(1) << w) - 1
+        h2 = np.zeros(np.int64(1) << w, dtype=np.int64)
+        for i in range(nc):
+            h2[(cand[i] >> sh) & m2] += 1
+        b2, above2 = _bucket_of_rank(h2, need)
+        need -= above2
+        above += above2
+        c = 0
+        for i in range(nc):
+            if ((cand[i] >> sh) & m2) == b2:
+                cand[c] = cand[i]
+                c += 1
+        nc = c
+    return cand[0], above           # one candidate left, or sh = 0: the remaining ones are equal
+
+
+@njit(cache=True)
+def topk_indices(keys, mask, shift, nbits, k, idx):
+    """Sorted indices of the k largest magnitudes keys & mask (ties: lowest index first) into
+    ``idx``, 1 ≤ k ≤ len(keys); ``shift`` = nbits − 1 − B for a first histogram of B bits.
+
+    Pass 1: histogram of the top B magnitude bits → bucket b of the k-th largest and the count
+    above it. Pass 2: gather (index, magnitude) of every entry in buckets ≥ b (k + |bucket b|
+    entries at most). Then the exact k-th largest T is found among bucket b's magnitudes, and idx
+    takes, in index order, the gathered entries > T and the first ones = T. NaN/±Inf have the
+    largest magnitude keys, so they are always selected: the caller detects them among the values.
+    """
+    nb = np.int64(1) << (nbits - 1 - shift)
+    hist4 = np.zeros((4, nb), dtype=np.int32)     # int32: 4 × 4096 counters stay in L1
+    magnitude_histogram(keys, mask, shift, hist4)
+    hist = (hist4[0].astype(np.int64) + hist4[1]) + (hist4[2].astype(np.int64) + hist4[3])
+    b, above = _bucket_of_rank(hist, k)
+    ncand = above + hist[b]
+    cidx = np.empty(ncand, dtype=np.int64)
+    cmag = np.empty(ncand, dtype=np.int64)
+    gather_at_least(keys, mask, np.int64(b) << shift, cidx, cmag)
+    bucket = np.empty(hist[b], dtype=np.int64)
+    c = 0
+    for i in range(ncand):
+        if (cmag[i] >> shift) == b:
+            bucket[c] = cmag[i]
+            c += 1
+    T, above2 = narrow_to_rank(bucket, c, k - above, shift)
+    ties = k - above - above2
+    n = 0
+    for i in range(ncand):
+        a = cmag[i]
+        if a > T:
+            idx[n] = cidx[i]
+            n += 1
+        elif a == T and ties > 0:
+            idx[n] = cidx[i]
+            n += 1
+            ties -= 1
+
+
+def magnitude_keys(x: np.ndarray):
+    """(keys, mask, shift, nbits): ``x`` (float32 or float64) viewed as unsigned integers, plus the
+    constants of :func:`topk_indices` for its dtype."""
+    if x.dtype == np.float32:
+        mask, bits = _F32
+        return x.view(np.uint32), mask, 31 - bits, 32
+    mask, bits = _F64
+    return x.view(np.uint64), mask, 63 - bits, 64
+
+
+class TopK(SparseCompressor):
+    """Top-k sparsification: the k largest |x_j|; biased, δ = k/d."""
+
+    name = "topk"
+    description = ("top-k: keep the k largest |x_j| (biased; delta = k/d; O(d) radix select); "
+                   "bits k*F + min(k*ceil(log2 d), Elias-omega gaps)")
+    PARAMS = (
+        Param("k", int, low=1, high=2**32 - 1, doc="number of coordinates kept, k <= d"),
+        FP64_PARAM,
+    )
+    FORMAT_ID = 5
+    unbiased = False
+
+    def _init(self) -> None:
+        self.k = self._params["k"]
+
+    def _validate(self, d: int) -> None:
+        if self.k > d:
+            raise ConfigError(f"{self.name}: parameter k={self.k} is out of range for d={d}; "
+                              f"allowed: 1 <= k <= d")
+
+    def omega(self, d: int) -> None:
+        return None
+
+    def delta(self, d: int) -> float:
+        return self.k / d
+
+    def _nnz(self, d: int) -> int:
+        return self.k
+
+    def _read_sparse(self, payload, d):
+        if self.k > d:
+            raise PayloadError(f"{self.name}: requested d={d} is smaller than k={self.k}")
+        return super()._read_sparse(payload, d)
+
+    def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
+        d = x.shape[0]
+        keys, mask, shift, nbits = magnitude_keys(x)
+        idx = np.empty(self.k, dtype=np.int64)
+        topk_indices(keys, mask, shift, nbits, self.k, idx)
+        payload, voff, vbytes = self._new_sparse_payload(idx, d)
+        values = payload[voff:voff + vbytes].view(self._dtype())
+        if gather_checked(x, idx, values) != 0.0:          # NaN/±Inf are always selected
+            raise self._nonfinite_error(x, "value range (float32)")
+        return payload
