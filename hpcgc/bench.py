@@ -139,9 +139,10 @@ def cmd_run(args, argv, validate_only=False) -> int:
         say(f"grid points: {len(config.expand(cfg))}")
         for r in runs:
             rc = r.rp.cfg
+            params = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in r.alg.describe().items())
             say(f"  {r.rp.run_id}: {rc['data']['dataset']} [{rc['data']['partition']}] {rc['problem']['kind']} "
-                f"l2={rc['problem']['l2']:g}  d={r.s.d} n={r.s.n_workers}  γ={r.alg.gamma:.4g} α={r.alg.alpha:.4g}"
-                f"  iterations={rc['run']['iterations']}")
+                f"l2={rc['problem']['l2']:g}  d={r.s.d} n={r.s.n_workers}  {params}  iterations={rc['run']['iterations']}")
         return 0
     out = Path(args.out) if args.out else default_out(cfg["name"])
     path, summaries = execute(runs, t, out, argv, log=log, t_start=t0, name=cfg["name"], progress=not args.quiet)

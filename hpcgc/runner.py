@@ -236,7 +236,8 @@ class Run:
         s = setup
         self.comp = compressors.make(self.r["compressor"])
         self.comps = self._per_worker_compressors()
-        if self.r["batch"] > int(s.samples.min()):
+        if self.r["batch"] > int(s.samples.min()) and not getattr(algorithms.get(self.r["algorithm"]),
+                                                                  "clips_batch", False):
             raise ConfigError(f"run.batch = {self.r['batch']} exceeds the smallest worker's sample count "
                               f"{int(s.samples.min())}")
         alg_cls = algorithms.get(self.r["algorithm"])

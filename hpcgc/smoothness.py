@@ -152,6 +152,9 @@ def factor(obj, matrix: str = "auto", dense_max_dim: int = DENSE_MAX_DIM,
         S_pinv = 0.5 * (S_pinv + S_pinv.T)
         active = diag > _range_tolerance(diag.max(initial=0.0), d)
         diag[~active] = 0.0
+        for M in (S, S_pinv):         # L e_j = 0 there: exact zeros instead of rounding noise
+            M[~active, :] = 0.0
+            M[:, ~active] = 0.0
         return SmoothnessFactor("dense", d, diag, S, S_pinv, active, float(max(e[-1], 0.0)),
                                 int(keep.sum()))
     # diagonal surrogate M = κ c D + λ I ⪰ L

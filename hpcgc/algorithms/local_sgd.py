@@ -44,6 +44,7 @@ class LocalSGD(Algorithm):
     name = "local-sgd"
     aggregation = "samples"       # runner: weights N_i / N
     takes_learning_rate = True    # no smoothness constant needed: works for softmax/MLP
+    clips_batch = True            # a worker with fewer samples than `batch` uses its whole shard (skewed splits)
 
     def __init__(self, compressors, *, d, n_workers, weights, problem_info, options):
         super().__init__(compressors, d=d, n_workers=n_workers, weights=weights, problem_info=problem_info,
