@@ -69,6 +69,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "allocation": Key(str, "uniform", "per-worker compression ratios: uniform | dagc | dagc-reference | dagc-a"),
         "budget": Key(_NUM, 0.0, "mean kept fraction δ̄ (or mean threshold λ̄ for dagc-a); 0 = compressor's own k",
                       check=(_nonneg, ">= 0")),
+        "budget_unit": Key(str, "fraction", "run.budget as a mean kept 'fraction' or total 'coordinates' per round",
+                           choices=("fraction", "coordinates")),
         "iterations": Key(int, 1000, "number of iterations (communication rounds)", check=(_positive, "> 0")),
         "step_multiplier": Key(_NUM, 1.0, "γ = step_multiplier × theoretical step size", check=(_positive, "> 0")),
         "alpha": Key((str, *_NUM), "theory", "DIANA shift step α ('theory' = 1/(1+ω))"),

@@ -43,7 +43,7 @@ def plan(cfg: dict) -> list[RunPlan]:
         algorithms.get(r["algorithm"])
         comp = compressors.make(r["compressor"])
         allocation.check_name(r["allocation"])
-        if r["allocation"] != "uniform" or r["budget"] > 0:
+        if (r["allocation"] != "uniform" or r["budget"] > 0) and r["budget_unit"] == "fraction":
             allocation.check_budget(r["allocation"], r["budget"])
         kind = rc["problem"]["kind"]
         if kind not in PROBLEM_KINDS:
@@ -265,12 +265,12 @@ class Run:
         self.thresholds = np.full(s.n_workers, np.nan)
         self.budget_applied = False
         if r["budget"] > 0 and allocation.kind(r["allocation"]) == "threshold":
-            self.thresholds = allocation.allocate(r["allocation"], s.samples, r["budget"])
+            self.thresholds = self._allocate_on_root()
             comps = [compressors.make(self.comp.name, **{**self.comp.params, "lam": float(v)})
                      for v in self.thresholds]
             self.budget_applied = True
         elif r["budget"] > 0 and "k" in self.comp.params:
-            self.ratios = allocation.allocate(r["allocation"], s.samples, r["budget"])
+            self.ratios = self._allocate_on_root()
             ks = allocation.kept_counts(self.ratios, s.d)
             comps = [compressors.make(self.comp.name, **{**self.comp.params, "k": int(k)}) for k in ks]
             self.comp = comps[0] if len(set(ks)) == 1 else self.comp
@@ -285,6 +285,27 @@ class Run:
         if "lam" in self.comp.params and not self.budget_applied:
             self.thresholds[:] = self.comp.params["lam"]
         return comps
+
+    def _allocate_on_root(self) -> np.ndarray:
+        """Rank 0 solves the allocation from the workers' sample counts and broadcasts the result
+        (`spec/decisions.md`, DAGC); an infeasible budget fails on every rank alike."""
+        s, r, t = self.s, self.r, self.t
+        result = None
+        if t.is_root:
+            try:
+                budget = r["budget"]
+                if r["budget_unit"] == "coordinates":   # total coordinates per round → mean fraction
+                    budget = allocation.coordinates_budget(budget, s.n_workers, s.d)
+                if allocation.kind(r["allocation"]) == "ratio" and budget * s.d < 1:
+                    raise ConfigError(f"run.budget keeps {budget * s.d:.3g} of d = {s.d} coordinates per worker "
+                                      "on average: too small for every worker to send one coordinate")
+                result = allocation.allocate(r["allocation"], s.samples, budget)
+            except ConfigError as exc:
+                result = exc
+        result = t.bcast_object(result)
+        if isinstance(result, Exception):
+            raise result
+        return result
 
     # metrics are computed on rank 0 only, on the global objective, outside the timed phases
     def _metrics(self, x, x0_dist):

@@ -117,7 +117,7 @@ class RandK(SparseCompressor):
         seed32 = int.from_bytes(payload[wire.HEADER_BYTES:wire.HEADER_BYTES + 4].tobytes(), "little")
         values = self._read_values(payload, wire.HEADER_BYTES + 4, self.k)
         idx = np.empty(self.k, dtype=np.int64)
-        sample_k_of_d_sorted(d, shared_sampling_seed(np.uint64(seed32)), idx)
+        sample_k_of_d_sorted(d, np.uint64(shared_sampling_seed(np.uint64(seed32))), idx)
         return values, idx
 
     def _read_sparse(self, payload, d):
@@ -137,7 +137,7 @@ class RandK(SparseCompressor):
         idx = np.empty(self.k, dtype=np.int64)
         if self.shared_seed:
             seed32 = np.uint64(seed) & np.uint64(0xFFFFFFFF)
-            sample_k_of_d_sorted(d, shared_sampling_seed(seed32), idx)
+            sample_k_of_d_sorted(d, np.uint64(shared_sampling_seed(seed32)), idx)
             payload = self._new_payload(self._shared_body(), d)
             payload[wire.HEADER_BYTES:wire.HEADER_BYTES + 4].view("<u4")[0] = seed32
             voff, vbytes = wire.HEADER_BYTES + 4, self.k * self._scale_bytes
