@@ -192,6 +192,11 @@ class DataCache:
                      test=test_obj, setup_seconds=time.perf_counter() - t0)
 
 
+def _binary_accuracy(obj, x) -> float:
+    """Share of ±1 labels predicted right by sign(aᵀx), with a zero margin predicting +1."""
+    return float(np.mean(np.where(obj.A @ x >= 0, 1.0, -1.0) == obj.y))
+
+
 def _linear_targets(ds, kind: str) -> np.ndarray:
     return ds.binary_labels() if kind == "logreg" else np.asarray(ds.y, dtype=np.float64)
 
@@ -321,13 +326,13 @@ class Run:
         if s.model is not None:
             out["train_accuracy"] = s.global_obj.accuracy(x)
         elif s.global_obj.kind == "logreg":
-            out["train_accuracy"] = float(np.mean(np.sign(s.global_obj.A @ x) == s.global_obj.y))
+            out["train_accuracy"] = _binary_accuracy(s.global_obj, x)
         if s.test is not None:
             out["test_loss"] = s.test.full_loss(x)
             if s.model is not None:
                 out["accuracy"] = s.test.accuracy(x)
             elif s.test.kind == "logreg":
-                out["accuracy"] = float(np.mean(np.sign(s.test.A @ x) == s.test.y))
+                out["accuracy"] = _binary_accuracy(s.test, x)
         elif "train_accuracy" in out:
             out["accuracy"] = out["train_accuracy"]
         return out

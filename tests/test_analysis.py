@@ -8,7 +8,6 @@ import math
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import h5py
 import numpy as np
@@ -46,14 +45,15 @@ def _show(p):
 
 @pytest.fixture(scope="module")
 def produced(tmp_path_factory):
-    """Two real results files: 2 ranks × 2 seeds and 3 ranks × 1 seed (a scaling figure)."""
+    """Two real results files: DCGD and DIANA on 2 ranks × 2 seeds, DIANA on 3 ranks × 1 seed (so
+    that there is a scaling figure)."""
     d = tmp_path_factory.mktemp("analysis-results")
+    cfg = d / "exp.toml"
+    cfg.write_text(EXPERIMENT.format(iterations=300, seeds="[0, 1]"))
     files = {}
-    for ranks, seeds, iterations in ((2, "[0, 1]", 400), (3, "[0]", 400)):
-        cfg = d / f"exp{ranks}.toml"
-        cfg.write_text(EXPERIMENT.format(iterations=iterations, seeds=seeds))
+    for ranks, extra in ((2, []), (3, ["--set", "sweep.seed=[0]", "--set", "sweep.algorithm=['diana']"])):
         out = d / "results" / f"n{ranks}.h5"
-        p = run_mpi(ranks, ["-m", "hpcgc.bench", "--config", str(cfg), "-o", str(out), "-q"], timeout=240)
+        p = run_mpi(ranks, ["-m", "hpcgc.bench", "--config", str(cfg), *extra, "-o", str(out), "-q"], timeout=240)
         assert p.returncode == 0, _show(p)
         files[ranks] = out
     return d / "results", files
@@ -82,7 +82,7 @@ def _first(v, eps):
 
 
 def test_report_writes_nonempty_figures(made):
-    out, r, _ = made
+    out, _, _ = made
     for stem in ("convergence-", "accuracy-", "projection-", "phases", "scaling"):
         pngs = sorted(out.glob(f"{stem}*.png"))
         assert pngs, f"no {stem}*.png in {sorted(p.name for p in out.iterdir())}"
@@ -125,7 +125,7 @@ def test_run_table_matches_results_files(made):
                 assert _num(row["bits_to_eps"]) == pytest.approx(s["bits_up_model"][t].mean(), rel=1e-15)
                 assert _num(row["time_to_eps_s"]) == run.time["iter"][t, 0]
             n += 1
-    assert n == len(rows) == 6
+    assert n == len(rows) == 5
 
 
 def test_method_table_aggregates_seeds_and_ratios(made):
@@ -156,12 +156,12 @@ def test_method_table_aggregates_seeds_and_ratios(made):
 
 
 def test_cli_baseline_and_errors(produced, tmp_path):
-    res_dir, files = produced
-    cmd = [sys.executable, "-m", "analysis.report", str(files[2]), "-o", str(tmp_path / "r"),
+    _, files = produced
+    cmd = [sys.executable, "-m", "analysis.report", str(files[3]), "-o", str(tmp_path / "r"),
            "--baseline", "diana:quant:p=inf,block=8", "--eps", "1e-3", "--format", "png"]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=mpi_env(), timeout=180)
     assert p.returncode == 0, _show(p)
-    assert "| diana quant:p=inf,block=8 | 2 |" in p.stdout
+    assert "| diana quant:p=inf,block=8 | 3 |" in p.stdout
     assert (tmp_path / "r" / "convergence.png").stat().st_size > 10_000      # one panel: no suffix
     assert not list((tmp_path / "r").glob("*.pdf"))
     bad = subprocess.run([*cmd[:-2], "--baseline", "adam:zip"], cwd=ROOT, capture_output=True, text=True,
@@ -192,7 +192,7 @@ def test_bad_inputs(produced, tmp_path):
     cut.write_bytes(files[3].read_bytes()[:5000])
     # the good file is used, the others are named and skipped; --strict refuses
     coll = report.collect([files[3], v2, foreign, cut])
-    assert len(coll.runs) == 2 and len(coll.skipped) == 3
+    assert len(coll.runs) == 1 and len(coll.skipped) == 3
     notes = "\n".join(coll.notes)
     assert "not an hpcgc results file" in notes and "truncated or not an HDF5 file" in notes
     with pytest.raises(report.AnalysisError, match="--strict"):
@@ -204,7 +204,7 @@ def test_killed_file_uses_what_is_complete(produced, tmp_path, capsys):
     status is 'running' and its datasets stop mid-way (one a row shorter than the others)."""
     _, files = produced
     part = tmp_path / "killed.h5.partial"
-    shutil.copy(files[3], part)
+    shutil.copy(files[2], part)
     with h5py.File(part, "r+") as f:
         f.attrs["complete"] = False
         g = f["runs"][sorted(f["runs"])[1]]
@@ -219,11 +219,11 @@ def test_killed_file_uses_what_is_complete(produced, tmp_path, capsys):
     out = tmp_path / "rep"
     assert report.main([str(part), "-o", str(out), "--eps", str(EPS), "--format", "png"]) == 0
     err = capsys.readouterr().err
-    assert "unfinished file (complete = false" in err and "1 finished run(s) of 2" in err
+    assert "unfinished file (complete = false" in err and "3 finished run(s) of 4" in err
     assert "did not finish (status 'running'); using its 11 recorded row(s)" in err
     rows = _csv(out / "runs.csv")
-    assert [r["status"] for r in rows] == ["completed", "truncated"]
-    assert int(rows[1]["iterations"]) == 100
+    assert [r["status"] for r in rows] == ["completed", "truncated", "completed", "completed"]
+    assert int(rows[1]["iterations"]) == 100           # row 10 of the truncated run
     assert "did not finish" in (out / "report.md").read_text()
     assert (out / "convergence.png").stat().st_size > 10_000
 
@@ -250,7 +250,10 @@ def _toy_run(per_iteration: bool):
     grad = np.array([[1.0e-3, 2.0e-3], [1.0e-3, 1.0e-3]])          # (iterations, ranks) seconds
     comp = np.array([[5.0e-4, 1.0e-4], [2.0e-3, 1.0e-4]])
     serv = np.array([[3.0e-4, 0.0], [3.0e-4, 0.0]])
-    cum = lambda a: np.vstack([np.zeros(2), np.cumsum(a, axis=0)])   # noqa: E731 - rows at it 0, 1, 2
+
+    def cum(a):                                                     # rows at iterations 0, 1, 2
+        return np.vstack([np.zeros(2), np.cumsum(a, axis=0)])
+
     series = {
         "iteration": np.array([0, 1, 2]),
         "suboptimality": np.array([1.0, 1e-3, 1e-9]),
