@@ -32,7 +32,18 @@ UNBIASED_SPECS = [
     "randk:k=5",
     "randk:k=37",
     "randk:k=37,shared_seed=true",
-    "randk:k=150",
+    "randk:k=100",
+    "bernoulli:p=0.3",
+    "bernoulli:p=1.0",
+    "qsgd:s=3,p=inf",
+    "qsgd:s=2,p=inf,bucket=16",
+    "natural",
+    "natural:fp64=true",
+    "natural-dither",
+    "natural-dither:s=2,p=inf,bucket=32",
+    "natural-dither:s=5,bucket=50,fp64=true",
+    "natural-randk:k=30",
+    "natural-randk:k=100,fp64=true",
 ]
 ALL_SPECS = ["identity", "identity:fp64=true", "qsgd", "qsgd:s=1", "qsgd:s=7,bucket=64",
              "qsgd:s=255,bucket=512", "quant", "quant:p=inf,block=32", "quant:p=2,block=100",
@@ -41,11 +52,17 @@ ALL_SPECS = ["identity", "identity:fp64=true", "qsgd", "qsgd:s=1", "qsgd:s=7,buc
              "randk:k=900", "randk:k=3,shared_seed=true,fp64=true",
              "topk:k=1", "topk:k=10", "topk:k=700", "topk:k=5,fp64=true",
              "threshold:lam=0.5", "threshold:lam=2.5", "threshold:lam=0", "threshold:lam=1.0,fp64=true",
-             "sign", "scaled-sign", "scaled-sign:fp64=true"]
+             "sign", "scaled-sign", "scaled-sign:fp64=true",
+             "bernoulli:p=0.5", "bernoulli:p=1.0", "bernoulli:p=0.01,fp64=true",
+             "qsgd:s=4,p=inf", "qsgd:s=1,p=inf,bucket=32", "qsgd:s=7,bucket=64,p=inf,fp64=true",
+             "natural", "natural:fp64=true", "natural-dither", "natural-dither:s=1",
+             "natural-dither:s=4,p=inf,bucket=100", "natural-dither:s=20,bucket=33,fp64=true",
+             "natural-randk:k=1", "natural-randk:k=10", "natural-randk:k=900,fp64=true"]
 BIASED = ("topk", "threshold", "sign", "scaled-sign")
 DETERMINISTIC = ("identity", "topk", "threshold", "sign", "scaled-sign")
 MIN_PARAMS = {"identity": {}, "qsgd": {}, "quant": {}, "terngrad": {}, "randk": {"k": 1},
-              "topk": {"k": 1}, "threshold": {"lam": 1.0}, "sign": {}, "scaled-sign": {}}
+              "topk": {"k": 1}, "threshold": {"lam": 1.0}, "sign": {}, "scaled-sign": {},
+              "bernoulli": {"p": 0.5}, "natural": {}, "natural-dither": {}, "natural-randk": {"k": 1}}
 """The compressors this file covers, with parameters valid for any d ≥ 1."""
 
 
@@ -83,7 +100,7 @@ def coord_variance(c, x):
         return np.abs(x) * per - x**2                   # Σ_j: ‖Δ(l)‖₁‖Δ(l)‖_p − ‖Δ(l)‖₂²
     if c.name == "qsgd":
         b = c.bucket_size(d)
-        sc = block_scales(x, b, 2)
+        sc = block_scales(x, b, c.p)
         sc = sc if c.params["fp64"] else f32_up(sc)
         unit = np.repeat(sc, b)[:d] / c.s
         r = np.abs(x) / np.where(unit > 0, unit, 1.0)
@@ -91,9 +108,35 @@ def coord_variance(c, x):
         return unit**2 * frac * (1 - frac)
     if c.name == "randk":
         return (d / c.k - 1.0) * x**2
+    if c.name == "bernoulli":
+        return (1.0 / c.p - 1.0) * x**2
+    if c.name == "natural":
+        return nat_variance(x, c.params["fp64"])
+    if c.name == "natural-randk":
+        return (d / c.k) * (x**2 + nat_variance(x, c.params["fp64"])) - x**2
+    if c.name == "natural-dither":
+        b = c.bucket_size(d)
+        sc = block_scales(x, b, c.p)
+        sc = np.repeat(sc if c.params["fp64"] else f32_up(sc), b)[:d]
+        r = np.abs(x) / np.where(sc > 0, sc, 1.0)
+        lo = np.where(r > 0, 2.0 ** np.floor(np.log2(np.maximum(r, 1e-300))), 0.0)
+        low_end = 2.0 ** (1 - c.s)
+        lo = np.where(r < low_end, 0.0, lo)
+        hi = np.where(r < low_end, low_end, 2 * lo)
+        return sc**2 * (r - lo) * (hi - r)
     if c.name == "identity":
         return np.zeros(d)
     raise AssertionError(c.name)
+
+
+def nat_variance(x, fp64):
+    """Var C_nat(x_j): (|t| − lo)(2lo − |t|), lo = 2^⌊log₂|t|⌋ ≥ smallest normal (0 below it)."""
+    a = np.abs(x)
+    tiny = 2.0**-1022 if fp64 else 2.0**-126
+    _, e = np.frexp(a)
+    lo = np.where(a >= tiny, np.ldexp(0.5, e), 0.0)
+    hi = np.where(a >= tiny, 2 * lo, tiny)
+    return (a - lo) * (hi - a)
 
 
 def exact_variance(c, x):
@@ -189,7 +232,8 @@ def test_unbiased(spec):
     ok = se > 1e-9 * np.abs(x)
     if ok.any():
         z = (mean[ok] - x[ok]) / se[ok]
-        assert np.mean(z**2) < 1.5, spec
+        if c.name != "bernoulli":         # one coin for all coordinates: z_j are not independent
+            assert np.mean(z**2) < 1.5, spec
     assert np.all(y[:, 3] == 0.0)
 
 
@@ -214,6 +258,10 @@ def _mc_variance(c, x, n, seed):
     ("quant:p=inf,block=16", 400, "spike", 1.5),
     ("randk:k=10", 300, "t", 29.0),
     ("randk:k=150", 300, "flat", 1.0),
+    ("bernoulli:p=0.25", 300, "t", 3.0),
+    ("natural", 400, "nat", 0.125),
+    ("natural:fp64=true", 400, "nat", 0.125),
+    ("natural-randk:k=40", 400, "nat", 1.125 * 9 + 0.125),
 ])
 def test_variance_tight(spec, d, kind, omega_exact):
     """Worst-case vectors attain ω (the Monte-Carlo estimate matches ω within 4 SE)."""
@@ -226,6 +274,9 @@ def test_variance_tight(spec, d, kind, omega_exact):
         blk = np.full(b, 1.0 / (math.sqrt(b) + 1.0))
         blk[0] = 1.0
         x = np.tile(blk, d // b)
+    elif kind == "nat":                       # |t| = (4/3)·2^a: C_nat's worst case
+        g = rng(8)
+        x = (4 / 3) * np.ldexp(1.0, g.integers(-30, 30, size=d)) * g.choice([-1.0, 1.0], size=d)
     else:
         x = rng(5).standard_t(1.5, size=d)
     nx2 = float(x @ x)
@@ -238,7 +289,10 @@ def test_variance_tight(spec, d, kind, omega_exact):
 
 @pytest.mark.parametrize("spec", ["qsgd:s=1", "qsgd:s=2", "qsgd:s=8,bucket=32", "qsgd:s=16",
                                   "quant:p=2", "quant:p=inf", "quant:p=2,block=24",
-                                  "terngrad:block=50", "randk:k=20"])
+                                  "terngrad:block=50", "randk:k=20", "qsgd:s=4,p=inf",
+                                  "qsgd:s=2,p=inf,bucket=16", "bernoulli:p=0.2", "natural",
+                                  "natural-dither", "natural-dither:s=2", "natural-dither:s=3,p=inf,bucket=24",
+                                  "natural-randk:k=20"])
 @pytest.mark.parametrize("kind", ["flat", "cauchy", "t2", "normal", "spike", "sparse"])
 def test_variance_bound(spec, kind):
     """E‖C(x) − x‖² ≤ ω‖x‖²: exact closed form on every vector; Monte Carlo on each."""
@@ -294,8 +348,14 @@ def check_decoded(c, x, y):
         scale = 1.0
         if c.name == "scaled-sign":
             scale = np.abs(x).sum() / d
-            scale = scale if c.params["fp64"] else float(np.float32(scale))
-        np.testing.assert_array_equal(y, np.where(x < 0, -scale, scale))
+            if not c.params["fp64"]:                # float32 scale: equal up to float32 rounding
+                scale = float(np.float32(scale))
+                ys = np.abs(y[0])
+                assert ys == scale or ys == np.nextafter(np.float32(scale), np.float32(np.inf)) \
+                    or ys == np.nextafter(np.float32(scale), np.float32(0)), (ys, scale)
+                scale = ys
+        np.testing.assert_allclose(y, np.where(x < 0, -scale, scale), rtol=1e-14, atol=0)
+        assert np.all(np.abs(y) == np.abs(y[0]))
         return
     nonzero = y != 0
     assert np.all(np.sign(y[nonzero]) == np.sign(x[nonzero]))
@@ -322,7 +382,7 @@ def check_decoded(c, x, y):
                     assert abs(y[j]) == sc[l]
     elif c.name == "qsgd":
         b = c.bucket_size(d)
-        sc = block_scales(x, b, 2)
+        sc = block_scales(x, b, c.p)
         sc = sc if c.params["fp64"] else f32_up(sc)
         unit = np.repeat(sc / c.s, b)[:d]
         safe = np.where(unit > 0, unit, 1.0)
@@ -332,6 +392,29 @@ def check_decoded(c, x, y):
         lev = np.round(lev)
         assert np.all(lev >= np.floor(r * (1 - 1e-12)))
         assert np.all(lev <= np.minimum(np.floor(r * (1 + 1e-12)) + 1, c.s))
+    elif c.name == "bernoulli":
+        assert np.all(y == 0) or np.array_equal(y, vals / c.p)
+    elif c.name in ("natural", "natural-randk"):
+        scale = 1.0
+        if c.name == "natural-randk":
+            scale = d / c.k
+            assert np.count_nonzero(y) <= c.k
+        nz = y != 0
+        a, r = np.abs(x[nz]), np.abs(y[nz]) / scale
+        assert np.all(np.frexp(r)[0] == 0.5)                               # powers of two
+        tiny = 2.0**-1022 if c.params["fp64"] else 2.0**-126
+        assert np.all((r <= 2 * a) & ((r >= a) | (r * 2 >= a))), (r, a)     # a neighbour of |x_j|
+        assert np.all(r >= np.minimum(tiny, 2.0 ** np.floor(np.log2(np.maximum(a, 1e-320)))))
+    elif c.name == "natural-dither":
+        b = c.bucket_size(d)
+        sc = block_scales(x, b, c.p)
+        sc = np.repeat(sc if c.params["fp64"] else f32_up(sc), b)[:d]
+        nz = y != 0
+        rel = np.abs(y[nz]) / sc[nz]
+        ls = np.log2(rel)
+        assert np.allclose(ls, np.round(ls), atol=1e-12) and np.all(ls <= 0) and np.all(ls >= 1 - c.s - 1e-12)
+        r = np.abs(x[nz]) / sc[nz]
+        assert np.all(rel <= np.maximum(2 * r, 2.0 ** (1 - c.s)) * (1 + 1e-12))
     elif c.name == "randk":
         k = c.k
         scale = d / k
@@ -395,7 +478,7 @@ def test_small_dimensions(spec):
     c = compressors.make(spec)
     g = rng(6)
     for d in range(1, 13):
-        if c.name in ("randk", "topk") and c.k > d:
+        if c.name in ("randk", "topk", "natural-randk") and c.k > d:
             with pytest.raises(ConfigError):
                 c.compress(np.ones(d), g)
             continue
@@ -412,7 +495,7 @@ def test_zero_vector_and_huge_values():
     for spec in ALL_SPECS:
         c = compressors.make(spec)
         d = 1500
-        if spec.startswith("randk") and c.k > d:
+        if "randk" in spec and c.k > d:
             continue
         y = c.decompress(c.compress(np.zeros(d), rng()), d)
         assert np.all(y == (1.0 if c.name == "sign" else 0.0)), spec      # sign(0) is sent as +1
@@ -499,7 +582,8 @@ def test_deterministic(spec):
     for a, b in zip(p1, p2):
         np.testing.assert_array_equal(a, b)
     assert g1.integers(2**62) == g2.integers(2**62)         # both drew the same amount
-    if c.name not in DETERMINISTIC and not (c.name == "randk" and c.k >= 5000):
+    if c.name not in DETERMINISTIC and not (c.name == "randk" and c.k >= 5000) and \
+            c.name != "bernoulli":             # bernoulli: equal (empty) messages are likely
         assert not np.array_equal(p1[0], p1[1])              # fresh randomness every call
     # a compressor draws exactly one number from the Generator per call
     g3, g4 = rng(7), rng(7)
@@ -544,6 +628,17 @@ def test_deterministic(spec):
     ("threshold", {"lam": float("nan")}, "lam"),
     ("threshold", {"lam": float("inf")}, "lam"),
     ("sign", {"fp64": True}, "fp64"),
+    ("bernoulli", {}, "p"),
+    ("bernoulli", {"p": 0}, "p"),
+    ("bernoulli", {"p": 1.5}, "p"),
+    ("qsgd", {"p": 1}, "p"),
+    ("natural", {"s": 2}, "s"),
+    ("natural-dither", {"s": 0}, "s"),
+    ("natural-dither", {"s": 63}, "s"),
+    ("natural-dither", {"p": 3}, "p"),
+    ("natural-dither", {"bucket": -1}, "bucket"),
+    ("natural-randk", {}, "k"),
+    ("natural-randk", {"k": 0}, "k"),
     ("scaled-sign", {"k": 3}, "k"),
     ("identity", {"fp64": "maybe"}, "fp64"),
     ("identity", {"fp64": 1}, "fp64"),
@@ -564,12 +659,12 @@ def test_config_error_messages_name_range():
         compressors.make("qsgd", s=0)
     with pytest.raises(ConfigError, match=r"quant: parameter p=3 .*one of 2, inf"):
         compressors.make("quant:p=3")
-    with pytest.raises(ConfigError, match=r"unknown parameter 'foo'; parameters: s, bucket, fp64"):
+    with pytest.raises(ConfigError, match=r"unknown parameter 'foo'; parameters: s, bucket, p, fp64"):
         compressors.make("qsgd", foo=1)
 
 
 def test_unknown_compressor_lists_available():
-    with pytest.raises(ConfigError, match="unknown compressor 'nope'; available: identity, qsgd"):
+    with pytest.raises(ConfigError, match="unknown compressor 'nope'; available: .*identity, .*qsgd, quant, "):
         compressors.make("nope")
     with pytest.raises(ConfigError, match="available"):
         compressors.describe("nope:k=1")
@@ -606,9 +701,9 @@ def test_nonfinite_input(spec, bad, where):
 
 def test_float32_overflow_values():
     x = np.ones(10)
-    x[4] = 1e39
+    x[4] = 1e40                   # beyond float32, and so is ‖x‖₁/d
     for spec in ("identity", "randk:k=10", "quant", "qsgd", "terngrad", "topk:k=3", "threshold:lam=0.5",
-                 "scaled-sign"):
+                 "scaled-sign", "bernoulli:p=1", "natural", "natural-randk:k=10", "natural-dither"):
         with pytest.raises(ValueError, match="fp64=true"):
             compressors.make(spec).compress(x, rng())
         c = compressors.make(spec, fp64=True)
@@ -796,7 +891,8 @@ def compressor_specs(draw, d):
     fp64 = draw(st.booleans())
     if name == "qsgd":
         params = {"s": draw(st.sampled_from([1, 2, 3, 4, 7, 8, 15, 100, 255, 256, 2**20])),
-                  "bucket": draw(st.one_of(st.just(0), st.integers(1, 70), st.integers(1, 4000)))}
+                  "bucket": draw(st.one_of(st.just(0), st.integers(1, 70), st.integers(1, 4000))),
+                  "p": draw(st.sampled_from([2, math.inf]))}
     elif name in ("quant", "terngrad"):
         params = {"block": draw(st.one_of(st.just(math.inf), st.integers(1, 70), st.integers(1, 4000)))}
         if name == "quant":
@@ -805,6 +901,13 @@ def compressor_specs(draw, d):
         params = {"k": draw(st.integers(1, d)), "shared_seed": draw(st.booleans())}
     elif name == "topk":
         params = {"k": draw(st.one_of(st.integers(1, d), st.integers(max(1, d - 3), d)))}
+    elif name == "natural-dither":
+        params = {"s": draw(st.sampled_from([1, 2, 3, 7, 8, 30])), "p": draw(st.sampled_from([2, math.inf])),
+                  "bucket": draw(st.one_of(st.just(0), st.integers(1, 70)))}
+    elif name == "natural-randk":
+        params = {"k": draw(st.integers(1, d))}
+    elif name == "bernoulli":
+        params = {"p": draw(st.sampled_from([0.01, 0.5, 1.0]))}
     elif name == "threshold":
         params = {"lam": draw(st.sampled_from([0.0, 1e-30, 0.1, 1.0, 2.0, 1e30]))}
     else:
@@ -878,8 +981,393 @@ def test_properties(data):
         assert om is None
         dl = c.delta(d)
         assert dl is None or 0.0 < dl <= 1.0
-        if dl is not None:       # ‖C(x) − x‖² ≤ (1 − δ)‖x‖² (float32 values: relative slack)
-            assert np.sum((y - x64) ** 2) <= (1 - dl) * np.sum(x64**2) * (1 + 1e-6) + 1e-300
+        if dl is not None:       # ‖C(x) − x‖² ≤ (1 − δ)‖x‖² (+ float32 rounding of values)
+            nx2 = np.sum(x64**2)
+            assert np.sum((y - x64) ** 2) <= (1 - dl) * nx2 + 1e-12 * nx2 + 1e-300
     # truncated payloads are always rejected
     with pytest.raises(PayloadError):
         c.decompress(p[:-1], d)
+
+
+# ------------------------------------------------------------------------------------------------
+# biased compressors: top-k, hard threshold, sign, scaled sign
+# ------------------------------------------------------------------------------------------------
+
+def _topk_inputs():
+    g = rng(21)
+    d = 5000
+    yield "normal", g.standard_normal(d)
+    yield "cauchy", g.standard_cauchy(d)
+    yield "ties", g.integers(-3, 4, size=d).astype(np.float64)        # many equal magnitudes
+    yield "flat", np.full(d, -0.25)
+    yield "sparse", np.where(g.random(d) < 0.01, g.standard_normal(d), 0.0)
+    yield "signed-zero", np.r_[np.full(10, -0.0), np.zeros(10), [1e-45, -1e-40, 3.0]]
+    yield "tiny-huge", np.r_[g.standard_normal(100) * 1e-300, g.standard_normal(100) * 1e300]
+    yield "close", 1.0 + np.arange(d) * 2.0**-52                        # differ in the last bits
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_topk_matches_sort_oracle(dtype):
+    """The O(d) radix select returns exactly the stable-sort top-k (ties to the lowest index)."""
+    for kind, x in _topk_inputs():
+        if dtype == np.float32 and kind == "tiny-huge":
+            continue
+        x = x.astype(dtype)
+        d = x.shape[0]
+        for k in sorted({1, 2, 3, d // 100 + 1, d // 7, d // 2, d - 1, d} - {0}):
+            c = compressors.make("topk", k=k, fp64=True)
+            y = c.decompress(c.compress(x, rng()), d)
+            np.testing.assert_array_equal(y, topk_oracle(x.astype(np.float64), k, True), err_msg=f"{kind} k={k}")
+
+
+def test_topk_kernel_large_and_float32_values():
+    x = rng(2).standard_normal(300_000).astype(np.float32)
+    for k in (1, 3000, 150_000):
+        c = compressors.make("topk", k=k)
+        p = c.compress(x, rng())
+        np.testing.assert_array_equal(c.decompress(p, x.size), topk_oracle(x.astype(np.float64), k))
+
+
+@pytest.mark.parametrize("spec", ["topk:k=1", "topk:k=40", "topk:k=399", "scaled-sign", "scaled-sign:fp64=true"])
+@pytest.mark.parametrize("kind", ["flat", "spike", "cauchy", "normal", "sparse", "t2"])
+def test_contraction(spec, kind):
+    """‖C(x) − x‖² ≤ (1 − δ)‖x‖² with δ = delta(d); scaled sign attains (1 − δ(x))‖x‖² exactly."""
+    c = compressors.make(spec)
+    g = rng(3)
+    d = 400
+    x = {"flat": np.ones(d), "spike": np.eye(1, d, 17).ravel(), "cauchy": g.standard_cauchy(d),
+         "normal": g.standard_normal(d), "sparse": np.where(g.random(d) < 0.05, g.standard_normal(d), 0.0),
+         "t2": g.standard_t(2, d)}[kind]
+    y = c.decompress(c.compress(x, g), d)
+    err, nx2 = float(np.sum((y - x) ** 2)), float(x @ x)
+    dl = c.delta(d)
+    assert dl == pytest.approx(c.k / d if c.name == "topk" else 1 / d)
+    assert err <= (1 - dl) * nx2 + 1e-12 * nx2
+    if c.name == "scaled-sign":
+        dx = c.contraction(x)
+        assert dl <= dx * (1 + 1e-12) <= 1 + 1e-12
+        tol = 1e-12 if c.params["fp64"] else 1e-6             # float32 scale
+        assert err == pytest.approx((1 - dx) * nx2, rel=tol, abs=tol * nx2)
+        if kind == "spike":
+            assert dx == pytest.approx(1 / d)                  # δ = 1/d is attained
+        if kind == "flat":
+            assert err <= 1e-12 * nx2                          # δ(x) = 1: exact
+
+
+def test_threshold_absolute_bound_and_count():
+    g = rng(4)
+    d = 20_000
+    for lam in (0.0, 0.1, 1.0, 3.0, 100.0):
+        c = compressors.make("threshold", lam=lam)
+        assert c.delta(d) is None and c.omega(d) is None and not c.unbiased
+        assert c.error_bound(d) == d * lam**2
+        for x in (g.standard_normal(d), g.standard_cauchy(d), np.full(d, 0.999 * lam)):
+            p = c.compress(x, g)
+            y = c.decompress(p, d)
+            kept = np.abs(x) >= lam
+            assert int.from_bytes(p[8:12].tobytes(), "little") == kept.sum()
+            err = float(np.sum((y - x) ** 2))
+            assert np.sum(x[~kept] ** 2) <= err <= c.error_bound(d) + 1e-12 * float(x @ x)
+            np.testing.assert_array_equal(y[~kept], 0.0)
+
+
+def test_sign_bits_and_zero_convention():
+    x = np.array([1.0, -2.0, 0.0, -0.0, 3.0, -1e-300, 5e-324, -4.0, 2.0])
+    c = compressors.make("sign")
+    p = c.compress(x, rng())
+    assert p.size == wire.HEADER_BYTES + 2
+    assert p[8] == 0b10100010 and p[9] == 0                      # bit j = [x_j < 0]; -0.0 is +
+    np.testing.assert_array_equal(c.decompress(p, 9), np.where(x < 0, -1.0, 1.0))
+    assert c.model_bits(p, 9) == 9
+    q = p.copy()
+    q[9] = 0b10                                                   # padding bit set
+    with pytest.raises(PayloadError, match="padding"):
+        c.decompress(q, 9)
+    s = compressors.make("scaled-sign")
+    p = s.compress(x, rng())
+    assert s.model_bits(p, 9) == 32 + 9 and p.size == wire.HEADER_BYTES + 4 + 2
+    p[8:12] = np.frombuffer(np.float32(-1.0).tobytes(), np.uint8)
+    with pytest.raises(PayloadError, match="scale"):
+        s.decompress(p, 9)
+    assert s.decompress(s.compress(np.zeros(9), rng()), 9).tolist() == [0.0] * 9
+
+
+def test_delta_api():
+    d = 100
+    assert compressors.make("identity").delta(d) == 1.0
+    assert compressors.make("qsgd:s=16").delta(d) == pytest.approx(1 - compressors.make("qsgd:s=16").omega(d))
+    assert compressors.make("randk:k=10").delta(d) is None                  # ω = 9 ≥ 1
+    assert compressors.make("topk:k=25").delta(d) == 0.25
+    assert compressors.make("sign").delta(d) is None
+    assert compressors.make("threshold:lam=1").delta(d) is None
+    assert compressors.make("scaled-sign").delta(d) == 0.01
+
+
+# ------------------------------------------------------------------------------------------------
+# sparse index encoding: fixed width or Elias-omega gaps
+# ------------------------------------------------------------------------------------------------
+
+def elias_omega_string(n):
+    """Reference Elias-omega code of n ≥ 1 as a '0'/'1' string."""
+    code = "0"
+    while n > 1:
+        b = bin(n)[2:]
+        code = b + code
+        n = len(b) - 1
+    return code
+
+
+@given(st.lists(st.integers(1, 2**32 - 1), min_size=0, max_size=60), st.integers(0, 3))
+@settings(max_examples=150, deadline=None)
+def test_elias_omega_kernels(gaps, offset):
+    from hpcgc.compressors import sparse
+    idx = np.cumsum(np.array(gaps, dtype=np.int64)) - 1
+    d = int(idx[-1]) + 1 if idx.size else 1
+    bits = "".join(elias_omega_string(g) for g in gaps)
+    assert sparse.elias_gap_bits(idx) == len(bits)
+    assert all(sparse.elias_omega_length(g) == len(elias_omega_string(g)) for g in gaps)
+    nbytes = (len(bits) + 7) // 8
+    out = np.full(offset + nbytes + 2, 0xCD, dtype=np.uint8)
+    assert sparse.elias_omega_encode_gaps(idx, out, offset) == nbytes
+    assert np.all(out[:offset] == 0xCD) and np.all(out[offset + nbytes:] == 0xCD)
+    stream = np.array([int(b) for b in bits] + [0] * (-len(bits) % 8), dtype=np.uint8)
+    np.testing.assert_array_equal(out[offset:offset + nbytes], np.packbits(stream, bitorder="little"))
+    back = np.empty(idx.size, dtype=np.int64)
+    assert sparse.elias_omega_decode_gaps(out, offset, offset + nbytes, d, back) == len(bits)
+    np.testing.assert_array_equal(back, idx)
+    if nbytes:
+        assert sparse.elias_omega_decode_gaps(out, offset, offset + nbytes - 1, d, back) < 0
+        assert sparse.elias_omega_decode_gaps(out, offset, offset + nbytes + 1, d, back) == sparse.ERR_TRAILING
+        if idx.size:
+            assert sparse.elias_omega_decode_gaps(out, offset, offset + nbytes, d - 1, back) == sparse.ERR_RANGE
+
+
+@given(st.binary(min_size=0, max_size=40), st.integers(0, 30), st.integers(1, 10**6))
+@settings(max_examples=300, deadline=None)
+def test_elias_omega_decoder_on_garbage(data, nnz, d):
+    """Arbitrary bytes never make the decoder read past its end or emit invalid indices."""
+    from hpcgc.compressors import sparse
+    src = np.frombuffer(data + b"\xAA" * 8, dtype=np.uint8)      # sentinel bytes after the end
+    idx = np.full(nnz, -7, dtype=np.int64)
+    status = sparse.elias_omega_decode_gaps(src, 0, len(data), d, idx)
+    if status >= 0:
+        assert status <= 8 * len(data) and 8 * len(data) - status < 8
+        assert sparse.indices_valid(idx, d)
+        if nnz:
+            re = np.zeros(len(data) + 1, dtype=np.uint8)
+            n = sparse.elias_omega_encode_gaps(idx, re, 0)
+            assert re[:n].tobytes() == data                      # canonical: re-encodes to the same bytes
+
+
+@pytest.mark.parametrize("spec,d,want_elias", [
+    ("topk:k=2000", 10_000, True),          # clustered or dense indices: gaps are cheap
+    ("topk:k=3", 10_000, False),
+    ("threshold:lam=0", 5000, True),        # every gap 1: one bit per index
+    ("randk:k=5000", 10_000, True),
+    ("randk:k=10", 100_000, False),
+])
+def test_index_encoding_choice(spec, d, want_elias):
+    from hpcgc.compressors import sparse
+    c = compressors.make(spec)
+    x = rng(1).standard_normal(d)
+    p = c.compress(x, rng(2))
+    elias = bool(p[1] & wire.FLAG_ELIAS)
+    assert elias == want_elias
+    y = c.decompress(p, d)
+    idx = np.flatnonzero(y) if c.name != "threshold" else np.arange(d)
+    nnz = idx.size
+    fixed = nnz * wire.bits_for(d)
+    eo = int(sparse.elias_gap_bits(idx))
+    assert c.model_bits(p, d) == nnz * 32 + min(fixed, eo)
+    assert (eo < fixed) == elias
+    prefix = 4 if c.name == "threshold" else 0
+    assert p.size == wire.HEADER_BYTES + prefix + 4 * nnz + (min(fixed, eo) + 7) // 8
+
+
+def test_sparse_payload_corruption():
+    d = 5000
+    x = rng(1).standard_normal(d)
+    H = wire.HEADER_BYTES
+    out = np.zeros(d)
+    for spec in ("topk:k=2000", "topk:k=10", "threshold:lam=1.5", "threshold:lam=0.1", "randk:k=3000"):
+        c = compressors.make(spec)
+        p = c.compress(x, rng())
+        pre = 4 if c.name == "threshold" else 0
+        nnz = int.from_bytes(p[8:12].tobytes(), "little") if pre else c.k
+        istart = H + pre + 4 * nnz
+        # flipping the index-encoding flag: the stream no longer parses (or is not canonical)
+        q = p.copy()
+        q[1] ^= wire.FLAG_ELIAS
+        with pytest.raises(PayloadError):
+            c.decompress_add(q, d, out, 1.0)
+        # every single-bit flip in the index stream is rejected or decodes to valid indices
+        g = rng(5)
+        for bit in g.choice(8 * (p.size - istart), size=min(200, 8 * (p.size - istart)), replace=False):
+            q = p.copy()
+            q[istart + bit // 8] ^= np.uint8(1 << (bit % 8))
+            try:
+                y = c.decompress(q, d)
+            except PayloadError:
+                continue
+            assert y.shape == (d,) and np.isfinite(y).all()
+        if pre:
+            for bad in (d + 1, nnz + 1, 2**32 - 1):
+                q = p.copy()
+                q[8:12] = np.frombuffer(np.uint32(bad).tobytes(), np.uint8)
+                with pytest.raises(PayloadError):
+                    c.decompress_add(q, d, out, 1.0)
+        with pytest.raises(PayloadError, match="truncated"):
+            c.decompress(p[:istart - 1], d)
+    assert np.all(out == 0)
+
+
+def test_randk_shared_seed():
+    d, k = 1000, 50
+    c = compressors.make("randk", k=k, shared_seed=True)
+    x = rng(3).standard_normal(d)
+    g = rng(4)
+    ps = [c.compress(x, g) for _ in range(20)]
+    assert all(p.size == wire.HEADER_BYTES + 4 + 4 * k for p in ps)
+    assert all(c.model_bits(p, d) == 32 * k for p in ps)
+    supports = {tuple(np.flatnonzero(c.decompress(p, d))) for p in ps}
+    assert len(supports) == 20                                 # fresh indices every call
+    # a second worker (its own Generator) gets other indices; same Generator state, same payload
+    other = compressors.make("randk", k=k, shared_seed=True).compress(x, rng(5))
+    assert tuple(np.flatnonzero(c.decompress(other, d))) not in supports
+    np.testing.assert_array_equal(c.compress(x, rng(4)), ps[0])
+    # the server regenerates exactly the sender's index set from the 4-byte seed
+    y = c.decompress(ps[0], d)
+    assert np.count_nonzero(y) == k
+    np.testing.assert_array_equal(y[y != 0], (d / k) * x[y != 0].astype(np.float32).astype(np.float64))
+    # a shared-seed payload is not a plain rand-k payload
+    with pytest.raises(PayloadError):
+        compressors.make("randk", k=k).decompress(ps[0], d)
+
+
+# ------------------------------------------------------------------------------------------------
+# numpy references (hpcgc.compressors.reference) as oracles
+# ------------------------------------------------------------------------------------------------
+
+def _kernel_seed(seed):
+    """The 64-bit kernel seed ``compress`` draws from ``default_rng(seed)``."""
+    return rng(seed).integers(0, 2**64, dtype=np.uint64)
+
+
+EXACT_ORACLE = ["qsgd:s=4,p=inf", "qsgd:s=3,bucket=7,p=inf,fp64=true", "quant:p=inf", "terngrad:block=9",
+                "natural", "natural:fp64=true", "natural-dither:s=3,p=inf", "natural-dither:s=12,p=inf,bucket=100",
+                "bernoulli:p=0.5", "bernoulli:p=0.5,fp64=true", "sign", "threshold:lam=0.7", "topk:k=37",
+                "identity", "identity:fp64=true"]
+"""Max-norm scales (no summation-order differences) or deterministic: bit-identical outputs."""
+CLOSE_ORACLE = ["qsgd:s=4", "qsgd:s=2,bucket=64", "quant:p=2,block=50", "natural-dither",
+                "natural-dither:s=4,bucket=128", "scaled-sign"]
+"""ℓ2 scales: numpy's summation order may move a norm by an ulp, so a few decisions may differ."""
+
+
+@pytest.mark.parametrize("spec", EXACT_ORACLE + CLOSE_ORACLE)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_matches_numpy_reference(spec, dtype):
+    from hpcgc.compressors import reference
+    c = compressors.make(spec)
+    x = rng(12).standard_t(3, size=3001).astype(dtype)
+    x[::50] = 0.0
+    x[7] = 1e-41 if dtype == np.float32 else 1e-310                 # a subnormal
+    d = x.size
+    for seed in (1, 2, 3):
+        y = c.decompress(c.compress(x, rng(seed)), d)
+        want = reference.math_output(c, x, _kernel_seed(seed))
+        if spec in EXACT_ORACLE:
+            np.testing.assert_array_equal(y, want, err_msg=spec)
+        else:
+            close = np.isclose(y, want, rtol=1e-6, atol=0)
+            assert close.mean() >= 0.999, (spec, close.mean())
+        # the numpy reference's own round trip (with its own randomness) is consistent
+        msg = reference.compress(c, x, rng(seed))
+        z = reference.decompress(c, msg, d)
+        assert z.shape == (d,) and np.isfinite(z).all()
+        if c.name in ("topk", "threshold", "sign", "identity"):
+            np.testing.assert_array_equal(z, y)
+
+
+def test_reference_sparse_and_packing():
+    from hpcgc.compressors import reference
+    g = rng(3)
+    for w in (0, 1, 3, 8, 13, 32):
+        v = g.integers(0, 2**w, size=101) if w else np.zeros(101, np.int64)
+        packed = reference.pack_fixed(v, w)
+        out = np.zeros(wire.packed_bytes(101, w), np.uint8)
+        wire.pack_fixed_width(v.astype(np.int64), w, out, 0)
+        np.testing.assert_array_equal(packed, out)                # the same LSB-first layout
+        np.testing.assert_array_equal(reference.unpack_fixed(packed, 101, w), v)
+    x = g.standard_normal(500)
+    for spec in ("randk:k=20", "natural-randk:k=20", "topk:k=20"):
+        c = compressors.make(spec)
+        z = reference.decompress(c, reference.compress(c, x, g), 500)
+        assert np.count_nonzero(z) == 20
+    assert not reference.has_reference(compressors.make("randk:k=3,shared_seed=true"))
+
+
+# ------------------------------------------------------------------------------------------------
+# corrupted payloads: rejected, or decoded to a finite vector; never out of bounds
+# ------------------------------------------------------------------------------------------------
+
+FUZZ_SPECS = ["topk:k=50", "threshold:lam=1", "randk:k=300", "randk:k=30,shared_seed=true", "natural-randk:k=40",
+              "natural", "natural:fp64=true", "natural-dither:s=3", "natural-dither:s=8,p=inf,bucket=50", "sign",
+              "scaled-sign", "bernoulli:p=0.5", "qsgd:s=5", "qsgd:s=3,p=inf,bucket=10", "quant",
+              "terngrad:block=10", "identity"]
+
+
+def fuzz_decoders(specs, trials=120, seed=0):
+    """Flip bits, truncate, or replace the body with random bytes (plus extra bytes); every decode
+    must raise PayloadError or return a finite vector, and decompress_add must agree with it."""
+    g = rng(seed)
+    rejected = accepted = 0
+    d = 777
+    for spec in specs:
+        c = compressors.make(spec)
+        p = c.compress(g.standard_normal(d), g)
+        for trial in range(trials):
+            q = p.copy()
+            kind = trial % 3
+            if kind == 0:
+                for _ in range(1 + trial % 4):
+                    q[g.integers(8, q.size) if q.size > 8 else 0] ^= np.uint8(1 << g.integers(8))
+            elif kind == 1:
+                q = q[:g.integers(0, q.size)]
+            else:
+                q = np.r_[q, g.integers(0, 256, size=g.integers(1, 5)).astype(np.uint8)]
+                q[8:] = g.integers(0, 256, size=q.size - 8)
+            out = np.zeros(d)
+            try:
+                y = c.decompress(q, d)
+            except PayloadError:
+                rejected += 1
+                with pytest.raises(PayloadError):
+                    c.decompress_add(q, d, out, 1.0)
+                assert not out.any()
+                continue
+            accepted += 1
+            assert np.isfinite(y).all(), spec
+            c.decompress_add(q, d, out, 1.0)
+            np.testing.assert_allclose(out, y, rtol=1e-15, atol=0)
+    return accepted, rejected
+
+
+def test_fuzz_corrupted_payloads():
+    accepted, rejected = fuzz_decoders(FUZZ_SPECS)
+    assert rejected > accepted > 0
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("HPCGC_TEST_BOUNDSCHECK"),
+                    reason="set HPCGC_TEST_BOUNDSCHECK=1 (recompiles every kernel with bounds checks, ~30 s)")
+def test_fuzz_with_numba_boundscheck(tmp_path):
+    """The same fuzzing with NUMBA_BOUNDSCHECK=1: any out-of-bounds access in a kernel raises."""
+    import os
+    import subprocess
+    import sys
+    from .conftest import ROOT
+    code = ("import tests.test_compressors as t; a, r = t.fuzz_decoders(t.FUZZ_SPECS, trials=200, seed=1); "
+            "print(a, r)")
+    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path)}
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]

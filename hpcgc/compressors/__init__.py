@@ -15,9 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
-from ._numba_cache import invalidate_if_sources_changed
+from ._numba_cache import begin_invalidation
 
-invalidate_if_sources_changed()      # before any kernel module is imported
+_rebuild = begin_invalidation()      # before any kernel module is imported (see _numba_cache)
 
 from .base import Compressor, Param, parse_spec
 from .identity import Identity
@@ -30,6 +30,8 @@ from .sparsify_plus import RandTauPlus
 from .sign import ScaledSign, Sign
 from .threshold import Threshold
 from .topk import TopK
+from .bernoulli import Bernoulli
+from .natural import Natural, NaturalDither, NaturalRandK
 
 REGISTRY: dict[str, type[Compressor]] = {
     "identity": Identity,
@@ -46,6 +48,10 @@ REGISTRY: dict[str, type[Compressor]] = {
     "threshold": Threshold,
     "sign": Sign,
     "scaled-sign": ScaledSign,
+    "bernoulli": Bernoulli,
+    "natural": Natural,
+    "natural-dither": NaturalDither,
+    "natural-randk": NaturalRandK,
 }
 """Name → class. Keys must equal the classes' ``name``."""
 
@@ -86,3 +92,30 @@ def make(spec: str | Compressor, **params: Any) -> Compressor:
     if both:
         raise ConfigError(f"{name}: parameter {both[0]} given both in the spec string and as a keyword")
     return cls(**from_string, **params)
+
+
+_WARM_UP_SPECS = ("identity", "identity:fp64=true", "qsgd", "qsgd:bucket=16,p=inf", "qsgd:fp64=true", "quant",
+                  "quant:p=inf,block=16", "terngrad", "randk:k=3", "randk:k=30", "randk:k=3,shared_seed=true",
+                  "topk:k=3", "topk:k=30,fp64=true", "threshold:lam=0.5", "sign", "scaled-sign", "bernoulli:p=1",
+                  "natural", "natural:fp64=true", "natural-dither", "natural-dither:p=inf,bucket=16",
+                  "natural-randk:k=3", "natural-randk:k=3,fp64=true")
+
+
+def _warm_up() -> None:
+    """Compile (and cache) the catalogue's kernels for float32 and float64 input; run by one MPI
+    rank after a source change while the others wait (``_numba_cache``)."""
+    import numpy as np
+    g = np.random.default_rng(0)
+    for spec in _WARM_UP_SPECS:
+        for dtype in (np.float32, np.float64):
+            c = make(spec)
+            x = g.standard_normal(61).astype(dtype)
+            p = c.compress(x, g)
+            c.decompress(p, 61)
+            c.decompress_add(p, 61, np.zeros(61), 1.0)
+            c.model_bits(p, 61)
+
+
+if _rebuild is not None:
+    _rebuild.finish(_warm_up)
+del _rebuild

@@ -1,4 +1,4 @@
-"""Guard against stale numba caches across modules.
+"""Guard against stale numba caches across modules, and against compile storms under MPI.
 
 numba's ``cache=True`` invalidates a cached kernel only when *its own* source file changes. A
 kernel in ``qsgd.py`` that calls ``wire.pack_fixed_width`` keeps the old, inlined copy after
@@ -6,9 +6,20 @@ kernel in ``qsgd.py`` that calls ``wire.pack_fixed_width`` keeps the old, inline
 the package and, when the hash differs from the one recorded next to the cache, deletes the
 package's cached kernels (``__pycache__/*.nbi``, ``*.nbc``) so that everything recompiles once.
 
+Many ranks starting at once after such a change would each compile every kernel they use (a
+"recompilation storm": 8 ranks on 2 cores took 60 s each instead of 5 s). So the rebuild is done
+by one process under an exclusive ``flock`` on ``__pycache__/hpcgc-kernel-cache.lock``: it
+deletes the stale files and, when the process is one of several MPI ranks (``PMI_SIZE``,
+``OMPI_COMM_WORLD_SIZE``, ``PMIX_SIZE`` or ``SLURM_NTASKS`` > 1), compiles the catalogue's kernels
+on small inputs (the package's ``_warm_up``) before it records the new hash and releases the lock.
+The other ranks wait on the lock and then load the cached kernels. A single process keeps the lazy
+behaviour (it compiles only what it uses). numba writes cache files atomically (temporary file +
+rename), so concurrent readers never see a partial file.
+
 Only the default cache location (``__pycache__`` beside the sources) is handled; with
 ``NUMBA_CACHE_DIR`` set, clear that directory by hand after editing kernels. Errors (read-only
-installs, concurrent ranks deleting the same files) are ignored: the worst case is a recompile.
+installs, file systems without ``flock``, concurrent ranks deleting the same files) are ignored:
+the worst case is a recompile.
 """
 from __future__ import annotations
 
@@ -17,36 +28,119 @@ import os
 from pathlib import Path
 
 _STAMP = "hpcgc-kernel-sources.sha1"
+_LOCK = "hpcgc-kernel-cache.lock"
+_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS")
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None
 
 
-def invalidate_if_sources_changed() -> None:
-    here = Path(__file__).resolve().parent
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        return
+def _here() -> Path:
+    return Path(__file__).resolve().parent
+
+
+def _digest(here: Path) -> str | None:
     h = hashlib.sha1()
     try:
         for src in sorted(here.glob("*.py")):
             h.update(src.name.encode())
             h.update(src.read_bytes())
     except OSError:
-        return
-    digest = h.hexdigest()
-    cache = here / "__pycache__"
-    stamp = cache / _STAMP
+        return None
+    return h.hexdigest()
+
+
+def _stamp_ok(cache: Path, digest: str) -> bool:
     try:
-        if stamp.read_text() == digest:
-            return
+        return (cache / _STAMP).read_text() == digest
     except OSError:
-        pass
+        return False
+
+
+def _several_ranks() -> bool:
+    for var in _SIZE_VARS:
+        v = os.environ.get(var, "")
+        if v.isdigit() and int(v) > 1:
+            return True
+    return False
+
+
+class Rebuild:
+    """Held by the process that rebuilds the cache: :meth:`finish` records the hash, unlocks."""
+
+    def __init__(self, cache: Path, digest: str, fd: int | None, warm: bool):
+        self.cache, self.digest, self.fd, self.warm = cache, digest, fd, warm
+
+    def finish(self, warm_up=None) -> None:
+        try:
+            if self.warm and warm_up is not None:
+                try:
+                    warm_up()
+                except Exception:  # noqa: BLE001 - a failed warm-up only costs lazy compiles later
+                    pass
+            try:
+                tmp = self.cache / f"{_STAMP}.{os.getpid()}"
+                tmp.write_text(self.digest)
+                tmp.replace(self.cache / _STAMP)
+            except OSError:
+                pass
+        finally:
+            if self.fd is not None:
+                try:
+                    fcntl.flock(self.fd, fcntl.LOCK_UN)
+                    os.close(self.fd)
+                except OSError:
+                    pass
+
+
+def begin_invalidation() -> Rebuild | None:
+    """Check the sources' hash; if the cache is stale, either become the rebuilder (returns a
+    :class:`Rebuild`, stale kernels already deleted: call ``finish`` once the kernel modules are
+    imported) or wait for the rank that is rebuilding (returns None)."""
+    here = _here()
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return None
+    digest = _digest(here)
+    if digest is None:
+        return None
+    cache = here / "__pycache__"
+    if _stamp_ok(cache, digest):
+        return None
+    fd = None
     try:
+        cache.mkdir(exist_ok=True)
+        if fcntl is not None:
+            fd = os.open(cache / _LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fcntl.flock(fd, fcntl.LOCK_SH)      # another process is rebuilding: wait for it
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+                return None
+            if _stamp_ok(cache, digest):            # rebuilt while we were starting
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+                return None
         for f in list(cache.glob("*.nbi")) + list(cache.glob("*.nbc")):
             try:
                 f.unlink()
             except OSError:
                 pass
-        cache.mkdir(exist_ok=True)
-        tmp = cache / f"{_STAMP}.{os.getpid()}"
-        tmp.write_text(digest)
-        tmp.replace(stamp)
     except OSError:
-        pass
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+            fd = None
+    return Rebuild(cache, digest, fd, warm=_several_ranks())
+
+
+def invalidate_if_sources_changed() -> None:
+    """Single-step form: delete stale kernels and record the new hash (no warm-up)."""
+    rb = begin_invalidation()
+    if rb is not None:
+        rb.finish()

@@ -1,4 +1,4 @@
-"""``qsgd``: ℓ2 random dithering with s levels (QSGD), optionally per bucket.
+"""``qsgd``: random dithering with s levels (QSGD), ℓ2 or ℓ∞ scale, optionally per bucket.
 
 Alistarh, Grubic, Li, Tomioka, Vojnovic, *QSGD: Communication-Efficient SGD via Gradient
 Quantization and Encoding*, NeurIPS 2017 (Lemma 3.1). For a bucket v (the whole vector by default)
@@ -9,6 +9,12 @@ with l = ⌊s|v_i|/‖v‖₂⌋, so E Q_s(v) = v and E‖Q_s(v) − v‖² ≤ 
 ``‖v‖₂`` is the norm *as sent* (float32 rounded up by default), which keeps the operator exactly
 unbiased in exact arithmetic. This is D^{2,s}_sta of the Natural Compression paper; with s = 1 it is
 DIANA's Quant_2 (`quant:p=2`).
+
+``p=inf`` scales by the bucket's max-norm instead (what QSGD's experiments do, and D^{∞,s}_sta of
+the Natural Compression paper; with s = 1 it is TernGrad/Quant_∞). The same per-entry variance
+unit²·f(1 − f) ≤ min(unit²/4, unit·|v_i|), unit = ‖v‖_∞/s ≤ ‖v‖₂/s, gives the same
+ω = min(b/s², √b/s) (the spec's general formula with r = min(p, 2) = 2); the tighter
+min(b/(4s²), (1 + √b)/(2s)) also holds and is noted in ``docs/compressors.md``.
 
 Wire format (after the 8-byte header): m bucket norms (float32, or float64 with ``fp64=true``),
 then d fields of 1 + ⌈log₂(s+1)⌉ bits, LSB-first, field = (level << 1) | sign (sign = 1 for
@@ -25,7 +31,7 @@ from numba import njit
 from ..errors import PayloadError
 from . import wire
 from .base import FP64_PARAM, Compressor, Param
-from .norms import block_norms_l2, n_blocks
+from .norms import block_norms_l2, block_norms_linf, n_blocks
 from .prng import uniform_at
 from .wire import CHUNK, pack_fixed_width, unpack_fixed_width
 
@@ -94,15 +100,17 @@ def qsgd_unpack_decode(src, offset, d, bucket, units, width, out, weight, accumu
 
 
 class QSGD(Compressor):
-    """QSGD / ℓ2 random dithering with s levels (Alistarh et al. 2017); unbiased,
-    ω = min(b/s², √b/s) with b the bucket size (b = d for ``bucket=0``)."""
+    """QSGD / standard random dithering with s levels (Alistarh et al. 2017), ℓ2 or ℓ∞ scale;
+    unbiased, ω = min(b/s², √b/s) with b the bucket size (b = d for ``bucket=0``)."""
 
     name = "qsgd"
-    description = ("QSGD l2 random dithering with s levels per bucket (Alistarh et al. 2017); "
+    description = ("QSGD random dithering with s levels per bucket, l2 (or p=inf) scale (Alistarh et al. 2017); "
                    "omega = min(b/s^2, sqrt(b)/s), b = bucket or d; bits F*m + d*(1+ceil(log2(s+1)))")
     PARAMS = (
         Param("s", int, 4, low=1, high=2**31 - 1, doc="number of quantization levels"),
         Param("bucket", int, 0, low=0, doc="bucket size, 0 = whole vector"),
+        Param("p", float, 2, choices=(2, math.inf), in_spec="nondefault",
+              doc="norm of the scale: 2 (QSGD) or inf (max-norm, as QSGD's experiments)"),
         FP64_PARAM,
     )
     FORMAT_ID = 2
@@ -110,6 +118,7 @@ class QSGD(Compressor):
 
     def _init(self) -> None:
         self.s = self._params["s"]
+        self.p = self._params["p"]
         self._width = 1 + wire.bits_for(self.s + 1)      # sign + ⌈log₂(s+1)⌉ level bits
         self._all_levels_valid = ((self.s + 1) & self.s) == 0  # s+1 a power of two
 
@@ -136,7 +145,7 @@ class QSGD(Compressor):
         b = self.bucket_size(d)
         m, body = self._body_bytes(d)
         norms = np.empty(m)
-        block_norms_l2(x, b, norms)
+        (block_norms_l2 if self.p == 2 else block_norms_linf)(x, b, norms)
         if not np.isfinite(norms).all():
             raise self._nonfinite_error(x)
         scales = self._scales_for_wire(norms)

@@ -348,7 +348,7 @@ class SparseCompressor(Compressor):
 
     def model_bits(self, payload, d: int) -> int:
         """nnz·F + index bits of the encoding used (fixed nnz·⌈log₂d⌉ or Elias-omega gaps)."""
-        payload, voff, nnz, idx, ibits = self._read_sparse(payload, d)
+        _, _, nnz, _, ibits = self._read_sparse(payload, d)
         return self._value_bits(nnz) + ibits
 
     def _scale(self, d: int, nnz: int) -> float:

@@ -7,12 +7,14 @@ most the mean square), so δ = k/d (`spec/compressors.md` Part C; flpytorch ``ma
 NeurIPS 2018). Biased: use it with error feedback.
 
 Selection is O(d), not a sort: a radix select on the IEEE-754 bit patterns of |x_j| (which order
-like the magnitudes). One pass builds a histogram of the top bits (sign cleared) — 12 bits
-(exponent + 4 mantissa bits) for float32, 15 for float64 — which locates the bucket of the k-th
-largest magnitude; a second pass copies that bucket's keys, which further histogram passes over
-the (small) candidate set narrow to the exact k-th largest key T; a last pass emits, in index
-order, every j with |x_j| > T and the first (k − #{|x_j| > T}) with |x_j| = T. Indices come out
-sorted for free; NaN/±Inf show up in the histogram's top buckets (no extra pass).
+like the magnitudes). Pass 1 builds a histogram of the top bits (sign cleared) — 12 bits
+(exponent + 4 mantissa bits) for float32, 15 for float64 — which locates the bucket b of the k-th
+largest magnitude and the count above it. Pass 2 gathers (index, magnitude) of every entry in
+buckets ≥ b, skipping blocks of 256 entries whose (vectorised) maximum is below b. Histograms of
+the next bits of bucket b's magnitudes narrow them to the exact k-th largest T; the result is
+every gathered entry > T and the first (k − #{> T}) entries = T, in index order (sorted for free;
+ties to the lowest indices). NaN/±Inf have the largest keys, so they are always selected and
+detected among the values.
 
 Wire format (after the 8-byte header): k values x_j (float32, or float64 with ``fp64=true``),
 then the k indices (fixed ⌈log₂d⌉ bits or Elias-omega gaps, whichever is smaller, header flag

@@ -1,0 +1,533 @@
+"""Natural compression: ``natural`` (C_nat), ``natural-dither`` (D^{p,s}_nat) and
+``natural-randk`` (C_nat ∘ rand-k).
+
+Horváth, Ho, Horváth, Sahu, Canini, Richtárik, *Natural Compression for Distributed Deep
+Learning*, MSML 2022 (arXiv 1905.10988): Thm 3 (C_nat, ω = 1/8), Thm 5 (composition), Thm 7 and
+Table 1 (natural dithering); `spec/compressors.md` Part C.
+
+**C_nat** rounds each t ≠ 0 with 2^a ≤ |t| < 2^{a+1} to sign(t)·2^a with probability
+(2^{a+1} − |t|)/2^a and to sign(t)·2^{a+1} otherwise: unbiased, with
+E(C(t) − t)² = (|t| − 2^a)(2^{a+1} − |t|) ≤ t²/8, equality at |t| = (4/3)·2^a, so ω = 1/8 (tight).
+The result is ±2^e: a sign and an exponent, 9 bits per entry with float32's 8-bit exponent
+(12 bits with float64's 11-bit exponent, ``fp64=true``). The probability of rounding up is
+exactly the mantissa fraction m/2^52 of |t| (float64 bits); the kernels compare it with the
+53-bit uniform ``uniform_at(seed, j)``, which makes P[up] exact. Magnitudes below the smallest
+normal 2^-126 (fp32; 2^-1022 for fp64) round to 0 or 2^-126 with P[up] = |t|/2^-126, still
+unbiased, but with variance above t²/8 (the ω bound holds in the normal range only); |t| > 2^127
+could round to 2^128 (no float32) and is rejected: use ``fp64=true``.
+
+Wire layout of n C_nat values ("nat block"): n exponent bytes (the float32 biased exponent,
+0 = zero, 255 invalid), then ⌈n/8⌉ bytes of sign bits (LSB-first, 1 = negative). With
+``fp64=true``: n bytes holding the low 8 bits of the float64 biased exponent, then ⌈n/2⌉ bytes of
+nibbles (entry 2i in the low nibble): bits 0-2 the high exponent bits, bit 3 the sign. Exactly
+9 (12) bits per entry plus < 1 byte of padding.
+
+**natural dithering** D^{p,s}_nat: per bucket (the whole vector by default), r = |x_j|/‖x‖_p ∈
+[0, 1] is rounded unbiasedly to one of the levels 0, 2^{1−s}, 2^{2−s}, …, 1/2, 1 (the two
+neighbours of r), i.e. C_nat inside [2^{1−s}, 1] and standard dithering between 0 and 2^{1−s}.
+ω = 1/8 + b^{1/r}·2^{1−s}·min{1, b^{1/r}·2^{1−s}}, r = min(p, 2) (Thm 7; for p ∈ {2, ∞} r = 2 and
+Thm 7 and Table 1 agree). Wire: m bucket norms (float32 rounded up, or float64), then d fields
+of 1 + ⌈log₂(s+1)⌉ bits (level index l ∈ 0…s, value 2^{l−s}, 0 for l = 0; field = l << 1 | sign),
+as ``qsgd``. Model bits F·m + d·(1 + ⌈log₂(s+1)⌉) (the paper's Table 1 counts 31 + d(2 + log₂s),
+the same for s a power of two up to the norm's bit).
+
+**C_nat ∘ rand-k**: C(x) = (d/k)·C_nat(x_S), S a uniform k-subset: unbiased with
+ω = ω_nat·ω_k + ω_nat + ω_k = (9/8)(d/k − 1) + 1/8 (Thm 5), tight on x with all |x_j| = (4/3)·2^a.
+Wire: a nat block of the k values, then the k indices (fixed ⌈log₂d⌉ bits or Elias-omega gaps,
+header flag bit 1; :mod:`.sparse`). Model bits 9k (12k) + index bits; the spec's Table 1 count is
+(10 + log₂d)·k.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from ..errors import ConfigError, PayloadError
+from . import wire
+from .base import FP64_PARAM, Compressor, Param
+from .norms import block_norms_l2, block_norms_linf, n_blocks, nonfinite_flag
+from .prng import mix64, uniform_at
+from .randk import sample_k_of_d_sorted
+from .sparse import SparseCompressor
+from .wire import CHUNK, pack_fixed_width, unpack_fixed_width
+
+_MAG = np.uint64(0x7FFFFFFFFFFFFFFF)
+_MANT = np.uint64(0x000FFFFFFFFFFFFF)
+_S52 = np.uint64(52)
+_S63 = np.uint64(63)
+_TWO_M52 = 2.0**-52
+_TWO_126 = 2.0**126
+_MAX32 = np.uint64(0x47E0000000000000)       # bits of 2^127: larger magnitudes may round to 2^128
+_MAX64 = np.uint64(0x7FE0000000000000)       # bits of 2^1023
+_NAT_SALT = np.uint64(0xC0FFEE0DDBA11)
+
+
+@njit(cache=True)
+def _pack_nat_hi(ex, sg, m, fp64, hi, h0):
+    """Sign bits (fp32) or (high exponent bits | sign << 3) nibbles (fp64) of m entries."""
+    if fp64:
+        for g in range(m // 2):
+            hi[h0 + g] = (((ex[2 * g] >> 8) & 7) | (sg[2 * g] << 3)
+                          | ((((ex[2 * g + 1] >> 8) & 7) | (sg[2 * g + 1] << 3)) << 4))
+        if m % 2:
+            hi[h0 + m // 2] = ((ex[m - 1] >> 8) & 7) | (sg[m - 1] << 3)
+    else:
+        for g in range(m // 8):
+            v = np.uint8(0)
+            for t in range(8):
+                v |= np.uint8(sg[8 * g + t]) << np.uint8(t)
+            hi[h0 + g] = v
+        if m % 8:
+            v = np.uint8(0)
+            for t in range(m - m % 8, m):
+                v |= np.uint8(sg[t]) << np.uint8(t - (m - m % 8))
+            hi[h0 + m // 8] = v
+
+
+@njit(cache=True)
+def natural_encode_f32(keys, seed, lo, hi):
+    """Fast path of :func:`natural_encode` for float32 input and the float32 format: ``keys`` is x
+    viewed as uint32, so the output exponent is the input's plus [u < mantissa/2^23] (also for
+    float32 subnormals, whose exponent field is 0). Returns True if some |x_j| > 2^127 or is not
+    finite."""
+    n = keys.shape[0]
+    ex = np.empty(CHUNK, dtype=np.int32)
+    sg = np.empty(CHUNK, dtype=np.uint8)
+    amax = np.uint32(0)
+    for c0 in range(0, n, CHUNK):
+        m = min(CHUNK, n - c0)
+        kc = keys[c0:c0 + m]
+        for q in range(m):
+            k = kc[q]
+            a = k & np.uint32(0x7FFFFFFF)
+            amax = max(amax, a)
+            u = uniform_at(seed, c0 + q)
+            eo = np.int32(a >> np.uint32(23)) + np.int32(
+                u < np.float64(a & np.uint32(0x7FFFFF)) * 1.1920928955078125e-07)
+            ex[q] = eo
+            sg[q] = np.uint8(k >> np.uint32(31)) & np.uint8(eo != 0)
+        lc = lo[c0:c0 + m]
+        for q in range(m):
+            lc[q] = ex[q]
+        _pack_nat_hi(ex, sg, m, False, hi, c0 // 8)
+    return amax > np.uint32(0x7F000000)
+
+
+@njit(cache=True)
+def natural_encode(x, seed, fp64, lo, hi):
+    """C_nat of every x_j (float32/float64) as a nat block: ``lo`` (n bytes), ``hi`` (⌈n/8⌉ sign
+    bytes, or ⌈n/2⌉ nibble bytes if ``fp64``). Entry j uses ``uniform_at(seed, j)``.
+
+    Returns True if some |x_j| is too large for the format (> 2^127, or > 2^1023 with fp64) or
+    not finite. Works in float64 chunks viewed as uint64 (integer exponent/mantissa arithmetic).
+    """
+    n = x.shape[0]
+    buf = np.empty(CHUNK, dtype=np.float64)
+    bits = buf.view(np.uint64)
+    ex = np.empty(CHUNK, dtype=np.int64)
+    sg = np.empty(CHUNK, dtype=np.int64)
+    amax = np.uint64(0)
+    for c0 in range(0, n, CHUNK):
+        m = min(CHUNK, n - c0)
+        xc = x[c0:c0 + m]
+        for q in range(m):
+            buf[q] = xc[q]
+        if fp64:
+            for q in range(m):
+                a = bits[q] & _MAG
+                amax = max(amax, a)
+                u = uniform_at(seed, c0 + q)
+                ex[q] = np.int64(a >> _S52) + np.int64(u < np.float64(a & _MANT) * _TWO_M52)
+        else:
+            for q in range(m):
+                a = bits[q] & _MAG
+                amax = max(amax, a)
+                e = np.int64(a >> _S52)
+                u = uniform_at(seed, c0 + q)
+                normal = e - 896 + np.int64(u < np.float64(a & _MANT) * _TWO_M52)
+                tiny = np.int64(u < abs(buf[q]) * _TWO_126)      # |t| < 2^-126: 0 or 2^-126
+                ex[q] = normal if e >= 897 else tiny
+        for q in range(m):
+            sg[q] = np.int64(bits[q] >> _S63) & np.int64(ex[q] != 0)
+        lc = lo[c0:c0 + m]
+        for q in range(m):
+            lc[q] = ex[q] & 0xFF
+        _pack_nat_hi(ex, sg, m, fp64, hi, c0 // 8 if not fp64 else c0 // 2)
+    return amax > (_MAX64 if fp64 else _MAX32)
+
+
+def encode_nat_block(x: np.ndarray, seed, fp64: bool, lo: np.ndarray, hi: np.ndarray) -> bool:
+    """Dispatch to the float32 fast path or the general kernel; True if x is out of range."""
+    if x.dtype == np.float32 and not fp64:
+        return bool(natural_encode_f32(x.view(np.uint32), seed, lo, hi))
+    return bool(natural_encode(x, seed, fp64, lo, hi))
+
+
+@njit(cache=True)
+def natural_block_invalid(lo, hi, n, fp64):
+    """True if the nat block is invalid: an all-ones exponent (fp32: byte 255; fp64: 2047) or
+    non-zero padding bits after entry n."""
+    if fp64:
+        for g in range(n // 2):
+            h = np.int64(hi[g])
+            if (lo[2 * g] == 255 and (h & 7) == 7) or (lo[2 * g + 1] == 255 and ((h >> 4) & 7) == 7):
+                return True
+        if n % 2:
+            h = np.int64(hi[n // 2])
+            if h >> 4 or (lo[n - 1] == 255 and (h & 7) == 7):
+                return True
+        return False
+    bad = 0
+    for i in range(n):
+        bad |= np.int64(lo[i] == 255)
+    if n % 8 and np.int64(hi[n // 8]) >> (n % 8):
+        return True
+    return bad != 0
+
+
+def natural_lut(fp64: bool) -> np.ndarray:
+    """LUT[e] = value of biased exponent e: 2^(e − bias), 0 for e = 0 (invalid top entry: NaN)."""
+    e = np.arange(2047 if fp64 else 255)
+    lut = np.append(np.ldexp(1.0, e - (1023 if fp64 else 127)), np.nan)
+    lut[0] = 0.0
+    return lut
+
+
+_LUT32 = natural_lut(False)
+_LUT64 = natural_lut(True)
+
+
+@njit(cache=True)
+def natural_decode(lo, hi, n, fp64, lut, idx, scale, out, weight, accumulate):
+    """Decode a nat block of n values; value i = scale·(±LUT[e_i]) goes to out[i] (``idx`` empty)
+    or out[idx[i]]; ``accumulate``: out += weight·value."""
+    s = scale * weight if accumulate else scale
+    sparse = idx.shape[0] > 0
+    for i in range(n):
+        if fp64:
+            h = np.int64(hi[i >> 1]) >> (4 * (i & 1))
+            e = np.int64(lo[i]) | ((h & 7) << 8)
+            neg = (h >> 3) & 1
+        else:
+            e = np.int64(lo[i])
+            neg = (np.int64(hi[i >> 3]) >> (i & 7)) & 1
+        v = s * lut[e]
+        if neg:
+            v = -v
+        j = idx[i] if sparse else i
+        if accumulate:
+            out[j] += v
+        else:
+            out[j] = v
+
+
+@njit(cache=True)
+def natural_decode32_dense(lo, hi, n, lut, s, out, accumulate):
+    """Fast path of :func:`natural_decode` for dense fp32 blocks: 8 entries per sign byte."""
+    for g in range(n // 8):
+        sb = np.int64(hi[g])
+        lc = lo[8 * g:8 * g + 8]
+        oc = out[8 * g:8 * g + 8]
+        for t in range(8):
+            v = s * lut[lc[t]] * (1.0 - 2.0 * ((sb >> t) & 1))
+            if accumulate:
+                oc[t] += v
+            else:
+                oc[t] = v
+    for i in range(n - n % 8, n):
+        v = s * lut[lo[i]] * (1.0 - 2.0 * ((np.int64(hi[i >> 3]) >> (i & 7)) & 1))
+        if accumulate:
+            out[i] += v
+        else:
+            out[i] = v
+
+
+def nat_block_bytes(n: int, fp64: bool) -> tuple[int, int]:
+    """(exponent bytes, sign/nibble bytes) of a nat block of n values."""
+    return n, ((n + 1) // 2 if fp64 else (n + 7) // 8)
+
+
+class Natural(Compressor):
+    """Natural compression C_nat (Horváth et al. 2022): unbiased rounding to ±2^e; ω = 1/8,
+    9 bits per entry (12 with fp64)."""
+
+    name = "natural"
+    description = ("natural compression C_nat: unbiased rounding to a power of two (Horvath et al. "
+                   "2022); omega = 1/8; bits 9*d (12*d with fp64)")
+    PARAMS = (Param("fp64", bool, False, in_spec="nondefault",
+                    doc="float64 exponent range: 12 bits per entry"),)
+    FORMAT_ID = 9
+    unbiased = True
+
+    def omega(self, d: int) -> float:
+        return 0.125
+
+    def _bits_per_entry(self) -> int:
+        return 12 if self._fp64 else 9
+
+    def _body_bytes(self, d: int) -> int:
+        return sum(nat_block_bytes(d, self._fp64))
+
+    def model_bits(self, payload, d: int) -> int:
+        self._check(self._as_payload(payload, d), d)
+        return self._bits_per_entry() * d
+
+    def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
+        d = x.shape[0]
+        payload = self._new_payload(self._body_bytes(d), d)
+        H = wire.HEADER_BYTES
+        if encode_nat_block(x, seed, self._fp64, payload[H:H + d], payload[H + d:]):
+            raise self._nonfinite_error(x, "rounding to a power of two (float32 exponent)")
+        return payload
+
+    def _check(self, payload: np.ndarray, d: int):
+        self._check_payload(payload, d, self._body_bytes(d))
+        H = wire.HEADER_BYTES
+        lo, hi = payload[H:H + d], payload[H + d:]
+        if natural_block_invalid(lo, hi, d, self._fp64):
+            raise PayloadError(f"{self.name}: corrupted payload: all-ones exponent or non-zero padding")
+        return lo, hi
+
+    def _decode(self, payload, d, out, weight, accumulate):
+        lo, hi = self._check(payload, d)
+        if self._fp64:
+            natural_decode(lo, hi, d, True, _LUT64, np.empty(0, np.int64), 1.0, out, weight, accumulate)
+        else:
+            natural_decode32_dense(lo, hi, d, _LUT32, weight if accumulate else 1.0, out, accumulate)
+
+    def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
+        out = np.empty(d)
+        self._decode(payload, d, out, 1.0, False)
+        return out
+
+    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
+        self._decode(payload, d, out, weight, True)
+
+
+class NaturalRandK(SparseCompressor):
+    """C_nat ∘ rand-k: (d/k)·C_nat(x_S); ω = (9/8)(d/k − 1) + 1/8."""
+
+    name = "natural-randk"
+    description = ("C_nat o rand-k: k random coordinates, each rounded to a power of two, scaled by "
+                   "d/k; omega = (9/8)(d/k-1) + 1/8; bits 9k (12k fp64) + index bits")
+    PARAMS = (
+        Param("k", int, low=1, high=2**32 - 1, doc="number of coordinates kept, k <= d"),
+        Param("fp64", bool, False, in_spec="nondefault", doc="float64 exponent range: 12-bit values"),
+    )
+    FORMAT_ID = 10
+    unbiased = True
+
+    def _init(self) -> None:
+        self.k = self._params["k"]
+
+    def _validate(self, d: int) -> None:
+        if self.k > d:
+            raise ConfigError(f"{self.name}: parameter k={self.k} is out of range for d={d}; "
+                              f"allowed: 1 <= k <= d")
+
+    def omega(self, d: int) -> float:
+        return 1.125 * (d / self.k - 1.0) + 0.125
+
+    def _nnz(self, d: int) -> int:
+        return self.k
+
+    def _value_bytes(self, nnz: int) -> int:
+        return sum(nat_block_bytes(nnz, self._fp64))
+
+    def _value_bits(self, nnz: int) -> int:
+        return (12 if self._fp64 else 9) * nnz
+
+    def _read_sparse(self, payload, d):
+        if self.k > d:
+            raise PayloadError(f"{self.name}: requested d={d} is smaller than k={self.k}")
+        return super()._read_sparse(payload, d)
+
+    def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
+        d = x.shape[0]
+        if nonfinite_flag(x) != 0.0:
+            raise self._nonfinite_error(x)
+        idx = np.empty(self.k, dtype=np.int64)
+        sample_k_of_d_sorted(d, seed, idx)
+        payload, voff, vbytes = self._new_sparse_payload(idx, d)
+        vals = x[idx]
+        k = self.k
+        if encode_nat_block(vals, np.uint64(mix64(seed ^ _NAT_SALT)), self._fp64,
+                            payload[voff:voff + k], payload[voff + k:voff + vbytes]):
+            raise self._nonfinite_error(x, "rounding to a power of two (float32 exponent)")
+        return payload
+
+    def _decode(self, payload, d, out, weight, accumulate):
+        payload, voff, nnz, idx, _ = self._read_sparse(payload, d)
+        vbytes = self._value_bytes(nnz)
+        lo, hi = payload[voff:voff + nnz], payload[voff + nnz:voff + vbytes]
+        if natural_block_invalid(lo, hi, nnz, self._fp64):
+            raise PayloadError(f"{self.name}: corrupted payload: all-ones exponent or non-zero padding")
+        natural_decode(lo, hi, nnz, self._fp64, _LUT64 if self._fp64 else _LUT32, idx, d / self.k,
+                       out, weight, accumulate)
+
+    def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
+        out = np.zeros(d)
+        self._decode(payload, d, out, 1.0, False)
+        return out
+
+    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
+        self._decode(payload, d, out, weight, True)
+
+
+# ------------------------------------------------------------------------------------------------
+# natural dithering
+# ------------------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def natural_dither(x, start, inv, s, seed, rbuf, fields):
+    """fields[q] = l << 1 | sign for j = start + q: r = |x_j|·inv ∈ [0, 1] rounded unbiasedly to
+    the neighbouring levels of {0, 2^{1−s}, …, 1/2, 1}; level index l (value 2^{l−s}, 0 for l = 0).
+    ``rbuf`` is float64 scratch of at least len(fields) (read back as uint64 bits)."""
+    m = fields.shape[0]
+    rb = rbuf[:m]
+    bits = rbuf.view(np.uint64)
+    low = 2.0 ** (s - 1)                     # r < 2^{1−s}: l = 1 with probability r·2^{s−1}
+    for q in range(m):
+        rb[q] = abs(np.float64(x[q])) * inv
+    for q in range(m):
+        r = rb[q]
+        b = bits[q]
+        e = np.int64(b >> _S52) - 1023       # 2^e ≤ r < 2^{e+1} for normal r
+        u = uniform_at(seed, start + q)
+        lev = e + s + np.int64(u < np.float64(b & _MANT) * _TWO_M52)
+        if e + s < 1:                         # below the smallest non-zero level
+            lev = np.int64(u < r * low)
+        lev = min(lev, s)                     # r = 1 (or rounding above 1) stays at the top
+        fields[q] = (lev << 1) | np.int64((x[q] < 0.0) & (lev > 0))
+
+
+@njit(cache=True)
+def natural_dither_pack(x, bucket, scales, s, width, seed, out, offset):
+    """Natural dithering of x with per-bucket scales, fields packed at ``width`` bits."""
+    d = x.shape[0]
+    fields = np.empty(CHUNK, dtype=np.uint32)
+    rbuf = np.empty(CHUNK, dtype=np.float64)
+    for c0 in range(0, d, CHUNK):
+        c1 = min(c0 + CHUNK, d)
+        i = c0
+        while i < c1:
+            l = i // bucket
+            e = min((l + 1) * bucket, c1)
+            sc = scales[l]
+            natural_dither(x[i:e], i, 1.0 / sc if sc > 0.0 else 0.0, s, seed, rbuf,
+                           fields[i - c0:e - c0])
+            i = e
+        pack_fixed_width(fields[:c1 - c0], width, out, offset + (c0 * width) // 8)
+
+
+@njit(cache=True)
+def natural_dither_decode(src, offset, d, bucket, scales, s, width, out, weight, accumulate):
+    """Decode d fields: value = ±scale_bucket·2^{l−s} (0 for l = 0)."""
+    fields = np.empty(CHUNK, dtype=np.uint32)
+    levels = np.empty(s + 1)
+    for c0 in range(0, d, CHUNK):
+        c1 = min(c0 + CHUNK, d)
+        unpack_fixed_width(src, offset + (c0 * width) // 8, width, fields[:c1 - c0])
+        i = c0
+        while i < c1:
+            l = i // bucket
+            e = min((l + 1) * bucket, c1)
+            sc = scales[l] * (weight if accumulate else 1.0)
+            levels[0] = 0.0
+            for t in range(1, s + 1):
+                levels[t] = sc * 2.0 ** (t - s)
+            fc = fields[i - c0:e - c0]
+            oc = out[i:e]
+            for q in range(e - i):
+                f = np.int64(fc[q])
+                v = levels[f >> 1] * (1.0 - 2.0 * (f & 1))
+                if accumulate:
+                    oc[q] += v
+                else:
+                    oc[q] = v
+            i = e
+
+
+class NaturalDither(Compressor):
+    """Natural dithering D^{p,s}_nat (Horváth et al. 2022): levels 0, 2^{1−s}, …, 1/2, 1 of the
+    bucket norm; ω = 1/8 + √b·2^{1−s}·min{1, √b·2^{1−s}}."""
+
+    name = "natural-dither"
+    description = ("natural dithering D^{p,s}_nat: levels 0, 2^(1-s), ..., 1/2, 1 of the l_p bucket "
+                   "norm (Horvath et al. 2022); omega = 1/8 + sqrt(b)2^(1-s)min(1, sqrt(b)2^(1-s)); "
+                   "bits F*m + d*(1+ceil(log2(s+1)))")
+    PARAMS = (
+        Param("s", int, 8, low=1, high=62, doc="number of non-zero levels 2^(1-s), ..., 1"),
+        Param("p", float, 2, choices=(2, math.inf), doc="norm used for the scale"),
+        Param("bucket", int, 0, low=0, doc="bucket size, 0 = whole vector"),
+        FP64_PARAM,
+    )
+    FORMAT_ID = 11
+    unbiased = True
+
+    def _init(self) -> None:
+        self.s = self._params["s"]
+        self.p = self._params["p"]
+        self._width = 1 + wire.bits_for(self.s + 1)
+        self._all_levels_valid = ((self.s + 1) & self.s) == 0
+
+    def bucket_size(self, d: int) -> int:
+        b = self._params["bucket"]
+        return d if b == 0 or b >= d else b
+
+    def omega(self, d: int) -> float:
+        t = math.sqrt(self.bucket_size(d)) * 2.0 ** (1 - self.s)     # b^{1/r}·2^{1−s}, r = 2
+        return 0.125 + t * min(1.0, t)
+
+    def _body_bytes(self, d: int) -> tuple[int, int]:
+        m = n_blocks(d, self.bucket_size(d))
+        return m, m * self._scale_bytes + wire.packed_bytes(d, self._width)
+
+    def model_bits(self, payload, d: int) -> int:
+        m, body = self._body_bytes(d)
+        self._check_payload(self._as_payload(payload, d), d, body)
+        return self._float_bits * m + d * self._width
+
+    def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
+        d = x.shape[0]
+        b = self.bucket_size(d)
+        m, body = self._body_bytes(d)
+        norms = np.empty(m)
+        (block_norms_l2 if self.p == 2 else block_norms_linf)(x, b, norms)
+        if not np.isfinite(norms).all():
+            raise self._nonfinite_error(x)
+        scales = self._scales_for_wire(norms)
+        if not np.isfinite(scales).all():
+            raise self._nonfinite_error(x, "bucket norm (float32)")
+        payload = self._new_payload(body, d)
+        self._write_scales(payload, scales)
+        natural_dither_pack(x, b, scales, self.s, self._width, seed, payload,
+                            wire.HEADER_BYTES + m * self._scale_bytes)
+        return payload
+
+    def _scales(self, payload: np.ndarray, d: int):
+        m, body = self._body_bytes(d)
+        self._check_payload(payload, d, body)
+        scales = wire.read_scales(payload, wire.HEADER_BYTES, m, self._fp64)
+        if not np.isfinite(scales).all() or (scales < 0).any():
+            raise PayloadError(f"{self.name}: corrupted payload: invalid bucket norm")
+        offset = wire.HEADER_BYTES + m * self._scale_bytes
+        if not self._all_levels_valid and wire.count_fields_above(
+                payload, offset, d, self._width, 2 * self.s + 1):
+            raise PayloadError(f"{self.name}: corrupted payload: level index above s={self.s}")
+        tail = (d * self._width) % 8
+        if tail and payload[-1] >> tail:
+            raise PayloadError(f"{self.name}: corrupted payload: non-zero padding bits")
+        return scales, self.bucket_size(d), offset
+
+    def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
+        scales, b, offset = self._scales(payload, d)
+        out = np.empty(d)
+        natural_dither_decode(payload, offset, d, b, scales, self.s, self._width, out, 1.0, False)
+        return out
+
+    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
+        scales, b, offset = self._scales(payload, d)
+        natural_dither_decode(payload, offset, d, b, scales, self.s, self._width, out, weight, True)

@@ -1,0 +1,79 @@
+"""Smoke test of the compressor micro-benchmark: ``python -m hpcgc.bench micro --quick``."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from hpcgc import micro
+from hpcgc.errors import ConfigError
+
+from .conftest import ROOT
+
+
+def test_expand_spec():
+    assert micro.expand_spec("topk:k=1%", 1000) == "topk:k=10"
+    assert micro.expand_spec("randk:k=0.5%,shared_seed=true", 1024) == "randk:k=6,shared_seed=true"
+    assert micro.expand_spec("randk:k=1%", 10) == "randk:k=1"
+    assert micro.expand_spec("qsgd:s=4", 10) == "qsgd:s=4"
+    with pytest.raises(ConfigError):
+        micro.expand_spec("topk:k=200%", 10)
+
+
+def test_micro_quick(tmp_path):
+    out = tmp_path / "micro.h5"
+    specs = ["topk:k=1%", "qsgd:s=4", "natural", "sign", "randk:k=1%,shared_seed=true"]
+    cmd = [sys.executable, "-m", "hpcgc.bench", "micro", "--quick", "--max-log2", "12", "--compressors",
+           *specs, "-o", str(out)]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env={**__import__("os").environ, "NUMBA_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    lines = text.splitlines()
+    # OSU-style header, then one table per compressor with aligned columns and units
+    assert lines[0].startswith("# hpcgc compressor micro-benchmark")
+    assert any("numba" in l and "hpcgc" in l for l in lines[:4])
+    assert any(l.startswith("# python -m hpcgc.bench micro") for l in lines[:6])
+    heads = [i for i, l in enumerate(lines) if l.split()[:3] == ["d", "comp", "GB/s"]]
+    assert len(heads) == len(specs)
+    for i in heads:
+        head = lines[i]
+        rows = lines[i + 1:i + 4]
+        assert [int(r.split()[0]) for r in rows] == [1024, 2048, 4096]
+        assert all(len(r) == len(head) for r in rows)           # aligned
+    assert "# results: " + str(out) in text
+    with h5py.File(out, "r") as f:
+        assert f.attrs["schema"] == "hpcgc-micro"
+        for key in ("hpcgc_version", "created", "machine", "numba_version", "command_line"):
+            assert f.attrs[key]
+        assert f.attrs["numba_num_threads"] == 1
+        np.testing.assert_array_equal(f["copy/d"][()], [1024, 2048, 4096])
+        assert np.all(f["copy/gbps"][()] > 0)
+        groups = sorted(f["compressors"])
+        assert [f["compressors"][g].attrs["spec"] for g in groups] == specs
+        for g in groups:
+            h = f["compressors"][g]
+            assert np.all(h["compress_s"][()] > 0) and np.all(h["decompress_add_s"][()] > 0)
+            assert np.all(h["wire_bits"][()] >= h["model_bits"][()])
+            assert np.all(h["wire_over_model"][()] < 1.3)
+        topk = f["compressors"][groups[0]]
+        assert list(topk.attrs["specs_per_d"]) == ["topk:k=11", "topk:k=21", "topk:k=41"]
+        assert np.all(np.isfinite(topk["speedup_comp"][()]))
+        np.testing.assert_allclose(topk["param_theory"][()], [11 / 1024, 21 / 2048, 41 / 4096])
+        assert np.all(topk["param_measured"][()] >= topk["param_theory"][()])    # δ(x) ≥ k/d
+        nat = f["compressors"][groups[2]]
+        assert np.all(nat["param_measured"][()] <= 0.125) and np.all(nat["param_theory"][()] == 0.125)
+        shared = f["compressors"][groups[4]]
+        assert np.all(np.isnan(shared["np_compress_s"][()]))                   # no numpy reference
+
+
+def test_micro_bad_options(tmp_path):
+    for args in (["--min-log2", "5", "--max-log2", "3"], ["--compressors", "nope"],
+                 ["--compressors", "topk:k=5000", "--max-log2", "11", "--min-log2", "10"], ["--repeat", "0"]):
+        r = subprocess.run([sys.executable, "-m", "hpcgc.bench", "micro", "--no-save", *args], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert r.stderr.startswith("hpcgc: error: ") and len(r.stderr.strip().splitlines()) == 1
