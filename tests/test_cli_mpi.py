@@ -63,6 +63,12 @@ BAD = [
     (["--set", "data.dataset=libsvm:/nonexistent/a9a"], "/nonexistent/a9a"),
     (["--set", "data.dataset=synthetic:logreg,n=3,d=5"], "worker"),
     (["--config", "/nonexistent.toml"], "/nonexistent.toml"),
+    (["--set", "run.allocation=dagc", "--set", "run.budget=1.5"], "run.budget"),
+    (["--set", "run.allocation=dagc-a", "--set", "run.budget=0.1"], "threshold"),
+    (["--set", "run.allocation=dagc", "--set", "run.budget=0.01", "--set", "run.compressor=randk:k=1"],
+     "too small"),
+    (["--set", "data.partition=skew:0.5"], "skew"),
+    (["--set", "data.partition=dirichlet:0"], "dirichlet"),
 ]
 
 
