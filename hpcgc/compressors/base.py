@@ -27,6 +27,7 @@ import numpy as np
 
 from ..errors import ConfigError, PayloadError
 from . import wire
+from .norms import block_norms_l2, block_norms_linf
 
 REQUIRED = object()
 """Default marker for a parameter the user must give."""
@@ -388,6 +389,59 @@ class Compressor(ABC):
     def _write_scales(self, payload: np.ndarray, scales: np.ndarray) -> None:
         n = scales.shape[0] * self._scale_bytes
         payload[wire.HEADER_BYTES:wire.HEADER_BYTES + n].view("<f8" if self._fp64 else "<f4")[:] = scales
+
+    def _compress_blocks(self, x: np.ndarray, b: int, m: int, body: int, what: str):
+        """Shared front half of the block-scaled compressors: the m block ℓ_p norms of x (p = self.p,
+        block size b), checked and converted to wire scales; a new payload with the scales written.
+
+        ``what`` names the block in the float32-overflow error ("bucket" or "block").
+        Returns (payload, scales, offset of the data after the scales).
+        """
+        norms = np.empty(m)
+        (block_norms_l2 if self.p == 2 else block_norms_linf)(x, b, norms)
+        if not np.isfinite(norms).all():
+            raise self._nonfinite_error(x)
+        scales = self._scales_for_wire(norms)
+        if not np.isfinite(scales).all():
+            raise self._nonfinite_error(x, f"{what} norm (float32)")
+        payload = self._new_payload(body, x.shape[0])
+        self._write_scales(payload, scales)
+        return payload, scales, wire.HEADER_BYTES + m * self._scale_bytes
+
+
+class DecodeInto:
+    """Mixin for a compressor with one fused decoder ``_decode(payload, d, out, weight, accumulate)``
+    (``out[j] = v_j``, or ``out[j] += weight·v_j`` when accumulating): derives ``_decompress`` and
+    ``_decompress_add`` from it. ``DENSE_DECODE = False`` when the decoder writes only the kept
+    entries, so that ``_decompress`` starts from zeros."""
+
+    DENSE_DECODE: ClassVar[bool] = True
+
+    def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
+        out = np.empty(d) if self.DENSE_DECODE else np.zeros(d)
+        self._decode(payload, d, out, 1.0, False)
+        return out
+
+    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
+        self._decode(payload, d, out, weight, True)
+
+
+class DecodeSparse:
+    """Mixin for a compressor whose decoder ``decode_sparse(payload, d)`` returns (indices, values,
+    model bits): derives ``model_bits``, ``_decompress`` and ``_decompress_add`` from it."""
+
+    def model_bits(self, payload, d: int) -> int:
+        return self.decode_sparse(payload, d)[2]
+
+    def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
+        idx, vals, _ = self.decode_sparse(payload, d)
+        out = np.zeros(d)
+        out[idx] = vals
+        return out
+
+    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
+        idx, vals, _ = self.decode_sparse(payload, d)
+        out[idx] += weight * vals
 
 
 FP64_PARAM = Param("fp64", bool, False, doc="float64 scales/values on the wire",

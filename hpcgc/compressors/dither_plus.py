@@ -35,7 +35,7 @@ from numba import njit
 
 from ..errors import ConfigError, PayloadError
 from . import wire
-from .base import FP64_PARAM, Compressor, Param
+from .base import FP64_PARAM, Compressor, DecodeSparse, Param
 from .elias_omega import (ERR_CODE, ERR_OVERRUN, ERR_PADDING, ERR_RANGE, dither_levels,
                           dither_stream_bits, dither_stream_read, dither_stream_write)
 
@@ -120,7 +120,7 @@ def quant_plus_steps(a, beta: float) -> np.ndarray:
     return out
 
 
-class EODither(Compressor):
+class EODither(DecodeSparse, Compressor):
     """Shared machinery of the Elias-omega dithering compressors: contiguous blocks (``starts``),
     per-coordinate steps Δ_j, a norm per block. Subclasses define the layout."""
 
@@ -205,19 +205,6 @@ class EODither(Compressor):
         if q < 0:
             raise stream_error(self.name, q)
         return idx[:q], vals[:q], int(self._float_bits * B + entry_bits)
-
-    def model_bits(self, payload, d: int) -> int:
-        return self.decode_sparse(payload, d)[2]
-
-    def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
-        idx, vals, _ = self.decode_sparse(payload, d)
-        out = np.zeros(d)
-        out[idx] = vals
-        return out
-
-    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
-        idx, vals, _ = self.decode_sparse(payload, d)
-        out[idx] += weight * vals
 
     # -- smoothness-aware protocol (used by dcgd+/diana+) -------------------------------------
     def smoothness_bind(self, diag, *, d: int, n: int, mu: float, method: str):

@@ -44,13 +44,14 @@ import math
 import numpy as np
 from numba import njit
 
-from ..errors import ConfigError, PayloadError
+from ..errors import PayloadError
 from . import wire
-from .base import FP64_PARAM, Compressor, Param
-from .norms import block_norms_l2, block_norms_linf, n_blocks, nonfinite_flag
+from .base import FP64_PARAM, Compressor, DecodeInto, Param
+from .norms import nonfinite_flag
 from .prng import mix64, uniform_at
+from .qsgd import BucketDither
 from .randk import sample_k_of_d_sorted
-from .sparse import SparseCompressor
+from .sparse import FixedKSparse
 from .wire import CHUNK, pack_fixed_width, unpack_fixed_width
 
 _MAG = np.uint64(0x7FFFFFFFFFFFFFFF)
@@ -249,7 +250,7 @@ def nat_block_bytes(n: int, fp64: bool) -> tuple[int, int]:
     return n, ((n + 1) // 2 if fp64 else (n + 7) // 8)
 
 
-class Natural(Compressor):
+class Natural(DecodeInto, Compressor):
     """Natural compression C_nat (Horváth et al. 2022): unbiased rounding to ±2^e; ω = 1/8,
     9 bits per entry (12 with fp64)."""
 
@@ -297,16 +298,8 @@ class Natural(Compressor):
         else:
             natural_decode32_dense(lo, hi, d, _LUT32, weight if accumulate else 1.0, out, accumulate)
 
-    def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
-        out = np.empty(d)
-        self._decode(payload, d, out, 1.0, False)
-        return out
 
-    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
-        self._decode(payload, d, out, weight, True)
-
-
-class NaturalRandK(SparseCompressor):
+class NaturalRandK(DecodeInto, FixedKSparse):
     """C_nat ∘ rand-k: (d/k)·C_nat(x_S); ω = (9/8)(d/k − 1) + 1/8."""
 
     name = "natural-randk"
@@ -318,31 +311,16 @@ class NaturalRandK(SparseCompressor):
     )
     FORMAT_ID = 10
     unbiased = True
-
-    def _init(self) -> None:
-        self.k = self._params["k"]
-
-    def _validate(self, d: int) -> None:
-        if self.k > d:
-            raise ConfigError(f"{self.name}: parameter k={self.k} is out of range for d={d}; "
-                              f"allowed: 1 <= k <= d")
+    DENSE_DECODE = False        # the decoder writes only the k sampled entries
 
     def omega(self, d: int) -> float:
         return 1.125 * (d / self.k - 1.0) + 0.125
-
-    def _nnz(self, d: int) -> int:
-        return self.k
 
     def _value_bytes(self, nnz: int) -> int:
         return sum(nat_block_bytes(nnz, self._fp64))
 
     def _value_bits(self, nnz: int) -> int:
         return (12 if self._fp64 else 9) * nnz
-
-    def _read_sparse(self, payload, d):
-        if self.k > d:
-            raise PayloadError(f"{self.name}: requested d={d} is smaller than k={self.k}")
-        return super()._read_sparse(payload, d)
 
     def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
         d = x.shape[0]
@@ -366,14 +344,6 @@ class NaturalRandK(SparseCompressor):
             raise PayloadError(f"{self.name}: corrupted payload: all-ones exponent or non-zero padding")
         natural_decode(lo, hi, nnz, self._fp64, _LUT64 if self._fp64 else _LUT32, idx, d / self.k,
                        out, weight, accumulate)
-
-    def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
-        out = np.zeros(d)
-        self._decode(payload, d, out, 1.0, False)
-        return out
-
-    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
-        self._decode(payload, d, out, weight, True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -450,7 +420,7 @@ def natural_dither_decode(src, offset, d, bucket, scales, s, width, out, weight,
             i = e
 
 
-class NaturalDither(Compressor):
+class NaturalDither(BucketDither):
     """Natural dithering D^{p,s}_nat (Horváth et al. 2022): levels 0, 2^{1−s}, …, 1/2, 1 of the
     bucket norm; ω = 1/8 + √b·2^{1−s}·min{1, √b·2^{1−s}}."""
 
@@ -467,56 +437,14 @@ class NaturalDither(Compressor):
     FORMAT_ID = 11
     unbiased = True
 
-    def _init(self) -> None:
-        self.s = self._params["s"]
-        self.p = self._params["p"]
-        self._width = 1 + wire.bits_for(self.s + 1)
-        self._all_levels_valid = ((self.s + 1) & self.s) == 0
-
-    def bucket_size(self, d: int) -> int:
-        b = self._params["bucket"]
-        return d if b == 0 or b >= d else b
+    _pack = staticmethod(natural_dither_pack)
 
     def omega(self, d: int) -> float:
         t = math.sqrt(self.bucket_size(d)) * 2.0 ** (1 - self.s)     # b^{1/r}·2^{1−s}, r = 2
         return 0.125 + t * min(1.0, t)
 
-    def _body_bytes(self, d: int) -> tuple[int, int]:
-        m = n_blocks(d, self.bucket_size(d))
-        return m, m * self._scale_bytes + wire.packed_bytes(d, self._width)
-
-    def model_bits(self, payload, d: int) -> int:
-        m, body = self._body_bytes(d)
-        self._check_payload(self._as_payload(payload, d), d, body)
-        return self._float_bits * m + d * self._width
-
-    def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
-        d = x.shape[0]
-        b = self.bucket_size(d)
-        m, body = self._body_bytes(d)
-        norms = np.empty(m)
-        (block_norms_l2 if self.p == 2 else block_norms_linf)(x, b, norms)
-        if not np.isfinite(norms).all():
-            raise self._nonfinite_error(x)
-        scales = self._scales_for_wire(norms)
-        if not np.isfinite(scales).all():
-            raise self._nonfinite_error(x, "bucket norm (float32)")
-        payload = self._new_payload(body, d)
-        self._write_scales(payload, scales)
-        natural_dither_pack(x, b, scales, self.s, self._width, seed, payload,
-                            wire.HEADER_BYTES + m * self._scale_bytes)
-        return payload
-
     def _scales(self, payload: np.ndarray, d: int):
-        m, body = self._body_bytes(d)
-        self._check_payload(payload, d, body)
-        scales = wire.read_scales(payload, wire.HEADER_BYTES, m, self._fp64)
-        if not np.isfinite(scales).all() or (scales < 0).any():
-            raise PayloadError(f"{self.name}: corrupted payload: invalid bucket norm")
-        offset = wire.HEADER_BYTES + m * self._scale_bytes
-        if not self._all_levels_valid and wire.count_fields_above(
-                payload, offset, d, self._width, 2 * self.s + 1):
-            raise PayloadError(f"{self.name}: corrupted payload: level index above s={self.s}")
+        scales, offset = self._checked_scales(payload, d, "level index")
         tail = (d * self._width) % 8
         if tail and payload[-1] >> tail:
             raise PayloadError(f"{self.name}: corrupted payload: non-zero padding bits")

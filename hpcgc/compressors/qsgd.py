@@ -31,7 +31,7 @@ from numba import njit
 from ..errors import PayloadError
 from . import wire
 from .base import FP64_PARAM, Compressor, Param
-from .norms import block_norms_l2, block_norms_linf, n_blocks
+from .norms import n_blocks
 from .prng import uniform_at
 from .wire import CHUNK, pack_fixed_width, unpack_fixed_width
 
@@ -99,7 +99,59 @@ def qsgd_unpack_decode(src, offset, d, bucket, units, width, out, weight, accumu
             i = e
 
 
-class QSGD(Compressor):
+class BucketDither(Compressor):
+    """Shared orchestration of the bucketed random-dithering compressors (QSGD, natural dithering):
+    s levels, ℓ_p bucket norms as scales, then d fixed-width fields (sign + level).
+
+    Subclasses set ``_pack = staticmethod(kernel)``, the numba kernel
+    ``(x, bucket, scales, s, width, seed, out, offset)`` that dithers and packs the fields."""
+
+    _pack: staticmethod
+
+    def _init(self) -> None:
+        self.s = self._params["s"]
+        self.p = self._params["p"]
+        self._width = 1 + wire.bits_for(self.s + 1)      # sign + ⌈log₂(s+1)⌉ level bits
+        self._all_levels_valid = ((self.s + 1) & self.s) == 0  # s+1 a power of two
+
+    def bucket_size(self, d: int) -> int:
+        """Effective bucket size b' (d when bucket is 0 or ≥ d)."""
+        b = self._params["bucket"]
+        return d if b == 0 or b >= d else b
+
+    def _body_bytes(self, d: int) -> tuple[int, int]:
+        m = n_blocks(d, self.bucket_size(d))
+        return m, m * self._scale_bytes + wire.packed_bytes(d, self._width)
+
+    def model_bits(self, payload, d: int) -> int:
+        m, body = self._body_bytes(d)
+        self._check_payload(self._as_payload(payload, d), d, body)
+        return self._float_bits * m + d * self._width
+
+    def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
+        d = x.shape[0]
+        b = self.bucket_size(d)
+        m, body = self._body_bytes(d)
+        payload, scales, offset = self._compress_blocks(x, b, m, body, "bucket")
+        self._pack(x, b, scales, self.s, self._width, seed, payload, offset)
+        return payload
+
+    def _checked_scales(self, payload: np.ndarray, d: int, level: str) -> tuple[np.ndarray, int]:
+        """Check the header, the bucket norms and the level fields; return (scales, data offset).
+        ``level`` names a level field in the error message."""
+        m, body = self._body_bytes(d)
+        self._check_payload(payload, d, body)
+        scales = wire.read_scales(payload, wire.HEADER_BYTES, m, self._fp64)
+        if not np.isfinite(scales).all() or (scales < 0).any():
+            raise PayloadError(f"{self.name}: corrupted payload: invalid bucket norm")
+        offset = wire.HEADER_BYTES + m * self._scale_bytes
+        if not self._all_levels_valid and wire.count_fields_above(
+                payload, offset, d, self._width, 2 * self.s + 1):
+            raise PayloadError(f"{self.name}: corrupted payload: {level} above s={self.s}")
+        return scales, offset
+
+
+class QSGD(BucketDither):
     """QSGD / standard random dithering with s levels (Alistarh et al. 2017), ℓ2 or ℓ∞ scale;
     unbiased, ω = min(b/s², √b/s) with b the bucket size (b = d for ``bucket=0``)."""
 
@@ -115,59 +167,15 @@ class QSGD(Compressor):
     )
     FORMAT_ID = 2
     unbiased = True
-
-    def _init(self) -> None:
-        self.s = self._params["s"]
-        self.p = self._params["p"]
-        self._width = 1 + wire.bits_for(self.s + 1)      # sign + ⌈log₂(s+1)⌉ level bits
-        self._all_levels_valid = ((self.s + 1) & self.s) == 0  # s+1 a power of two
-
-    def bucket_size(self, d: int) -> int:
-        """Effective bucket size b' (d when bucket is 0 or ≥ d)."""
-        b = self._params["bucket"]
-        return d if b == 0 or b >= d else b
+    _pack = staticmethod(qsgd_dither_pack)
 
     def omega(self, d: int) -> float:
         b = self.bucket_size(d)
         return min(b / self.s**2, math.sqrt(b) / self.s)
 
-    def _body_bytes(self, d: int) -> tuple[int, int]:
-        m = n_blocks(d, self.bucket_size(d))
-        return m, m * self._scale_bytes + wire.packed_bytes(d, self._width)
-
-    def model_bits(self, payload, d: int) -> int:
-        m, body = self._body_bytes(d)
-        self._check_payload(self._as_payload(payload, d), d, body)
-        return self._float_bits * m + d * self._width
-
-    def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
-        d = x.shape[0]
-        b = self.bucket_size(d)
-        m, body = self._body_bytes(d)
-        norms = np.empty(m)
-        (block_norms_l2 if self.p == 2 else block_norms_linf)(x, b, norms)
-        if not np.isfinite(norms).all():
-            raise self._nonfinite_error(x)
-        scales = self._scales_for_wire(norms)
-        if not np.isfinite(scales).all():
-            raise self._nonfinite_error(x, "bucket norm (float32)")
-        payload = self._new_payload(body, d)
-        self._write_scales(payload, scales)
-        qsgd_dither_pack(x, b, scales, self.s, self._width, seed, payload,
-                         wire.HEADER_BYTES + m * self._scale_bytes)
-        return payload
-
     def _units(self, payload: np.ndarray, d: int) -> tuple[np.ndarray, int, int]:
         """Check the payload; return per-bucket units norm/s, bucket size and packed-data offset."""
-        m, body = self._body_bytes(d)
-        self._check_payload(payload, d, body)
-        scales = wire.read_scales(payload, wire.HEADER_BYTES, m, self._fp64)
-        if not np.isfinite(scales).all() or (scales < 0).any():
-            raise PayloadError(f"{self.name}: corrupted payload: invalid bucket norm")
-        offset = wire.HEADER_BYTES + m * self._scale_bytes
-        if not self._all_levels_valid and wire.count_fields_above(
-                payload, offset, d, self._width, 2 * self.s + 1):
-            raise PayloadError(f"{self.name}: corrupted payload: quantization level above s={self.s}")
+        scales, offset = self._checked_scales(payload, d, "quantization level")
         return scales / self.s, self.bucket_size(d), offset
 
     def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:

@@ -30,7 +30,7 @@ from numba import njit
 from ..errors import PayloadError
 from . import wire
 from .base import FP64_PARAM, Compressor, Param
-from .norms import block_norms_l2, block_norms_linf, n_blocks
+from .norms import n_blocks
 from .prng import uniform_at
 from .wire import CHUNK, TRITS_PER_BYTE, pack_trits, unpack_trits
 
@@ -138,16 +138,8 @@ class Quant(Compressor):
         d = x.shape[0]
         b = self.block_size(d)
         m, body = self._body_bytes(d)
-        norms = np.empty(m)
-        (block_norms_l2 if self.p == 2 else block_norms_linf)(x, b, norms)
-        if not np.isfinite(norms).all():
-            raise self._nonfinite_error(x)
-        scales = self._scales_for_wire(norms)
-        if not np.isfinite(scales).all():
-            raise self._nonfinite_error(x, "block norm (float32)")
-        payload = self._new_payload(body, d)
-        self._write_scales(payload, scales)
-        ternary_dither_pack(x, b, scales, seed, payload, wire.HEADER_BYTES + m * self._scale_bytes)
+        payload, scales, offset = self._compress_blocks(x, b, m, body, "block")
+        ternary_dither_pack(x, b, scales, seed, payload, offset)
         return payload
 
     def _scales(self, payload: np.ndarray, d: int) -> tuple[np.ndarray, int, int]:

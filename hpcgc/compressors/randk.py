@@ -23,12 +23,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..errors import ConfigError, PayloadError
 from . import wire
 from .base import FP64_PARAM, Param
 from .norms import nonfinite_flag
 from .prng import mix64, next_below
-from .sparse import SparseCompressor, gather_checked, scatter_scaled
+from .sparse import FixedKSparse, gather_checked, scatter_scaled
 
 _SHARED_SALT = np.uint64(0x5EED5EED5EED5EED)
 
@@ -68,7 +67,7 @@ def sample_k_of_d_sorted(d, seed, idx):
         idx.sort()
 
 
-class RandK(SparseCompressor):
+class RandK(FixedKSparse):
     """Rand-k sparsification: k uniform random coordinates scaled by d/k; ω = d/k − 1 (exact)."""
 
     name = "randk"
@@ -84,26 +83,14 @@ class RandK(SparseCompressor):
     unbiased = True
 
     def _init(self) -> None:
-        self.k = self._params["k"]
+        super()._init()
         self.shared_seed = self._params["shared_seed"]
-
-    def _validate(self, d: int) -> None:
-        if self.k > d:
-            raise ConfigError(f"{self.name}: parameter k={self.k} is out of range for d={d}; "
-                              f"allowed: 1 <= k <= d")
 
     def omega(self, d: int) -> float:
         return d / self.k - 1.0
 
-    def _nnz(self, d: int) -> int:
-        return self.k
-
     def _scale(self, d: int, nnz: int) -> float:
         return d / self.k
-
-    def _check_k(self, d: int) -> None:
-        if self.k > d:
-            raise PayloadError(f"{self.name}: requested d={d} is smaller than k={self.k}")
 
     # -- shared-seed layout: header | seed (uint32) | k values ------------------------------------
     def _shared_body(self) -> int:
@@ -119,10 +106,6 @@ class RandK(SparseCompressor):
         idx = np.empty(self.k, dtype=np.int64)
         sample_k_of_d_sorted(d, np.uint64(shared_sampling_seed(np.uint64(seed32))), idx)
         return values, idx
-
-    def _read_sparse(self, payload, d):
-        self._check_k(d)
-        return super()._read_sparse(payload, d)
 
     def model_bits(self, payload, d: int) -> int:
         if self.shared_seed:

@@ -24,7 +24,7 @@ from numba import njit
 
 from ..errors import PayloadError
 from . import wire
-from .base import FP64_PARAM, Compressor
+from .base import FP64_PARAM, Compressor, DecodeInto
 
 
 @njit(cache=True)
@@ -112,7 +112,7 @@ def sign_keys(x: np.ndarray):
             0x7FF0000000000000)
 
 
-class Sign(Compressor):
+class Sign(DecodeInto, Compressor):
     """signSGD: sign(x), 1 bit per entry (sign(0) = +1); biased, not contractive."""
 
     name = "sign"
@@ -160,14 +160,6 @@ class Sign(Compressor):
         scale = self._scale_of(payload)
         sign_unpack_decode(payload, wire.HEADER_BYTES + self._prefix_bytes(), d, scale, out, weight,
                            accumulate, SIGN_LUT)
-
-    def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
-        out = np.empty(d)
-        self._decode(payload, d, out, 1.0, False)
-        return out
-
-    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
-        self._decode(payload, d, out, weight, True)
 
 
 class ScaledSign(Sign):

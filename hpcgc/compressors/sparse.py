@@ -26,7 +26,7 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from ..errors import PayloadError
+from ..errors import ConfigError, PayloadError
 from . import wire
 from .base import Compressor
 from .norms import nonfinite_flag
@@ -366,3 +366,26 @@ class SparseCompressor(Compressor):
         payload, voff, nnz, idx, _ = self._read_sparse(payload, d)
         values = self._read_values(payload, voff, nnz)
         scatter_scaled(values, idx, weight * self._scale(d, nnz), out, True)
+
+
+class FixedKSparse(SparseCompressor):
+    """A sparse format with exactly k ≤ d kept entries, k the parameter ``k`` (rand-k, top-k, …)."""
+
+    def _init(self) -> None:
+        self.k = self._params["k"]
+
+    def _validate(self, d: int) -> None:
+        if self.k > d:
+            raise ConfigError(f"{self.name}: parameter k={self.k} is out of range for d={d}; "
+                              f"allowed: 1 <= k <= d")
+
+    def _nnz(self, d: int) -> int:
+        return self.k
+
+    def _check_k(self, d: int) -> None:
+        if self.k > d:
+            raise PayloadError(f"{self.name}: requested d={d} is smaller than k={self.k}")
+
+    def _read_sparse(self, payload, d):
+        self._check_k(d)
+        return super()._read_sparse(payload, d)

@@ -33,7 +33,7 @@ from numba import njit
 
 from ..errors import ConfigError, PayloadError
 from . import wire
-from .base import FP64_PARAM, Compressor, Param
+from .base import FP64_PARAM, Compressor, DecodeSparse, Param
 from .dither_plus import MATRIX_PARAMS, float32_exact, stream_error
 from .elias_omega import bernoulli_keep, gap_stream_bits, gap_stream_read, gap_stream_write
 from .norms import nonfinite_flag
@@ -93,7 +93,7 @@ def sparsification_constants(p, diag) -> tuple[float, float]:
     return float(r.max()), float((r * np.asarray(diag)[act]).max())
 
 
-class RandTauPlus(Compressor):
+class RandTauPlus(DecodeSparse, Compressor):
     """Independent sparsification with smoothness-aware probabilities p_j = a_j/(a_j + ρ),
     Σ p_j = τ, kept entries scaled by 1/p_j (Safaryan et al. 2021)."""
 
@@ -223,16 +223,3 @@ class RandTauPlus(Compressor):
             raise PayloadError(f"{self.name}: corrupted payload: index kept with probability 0")
         vals *= scale
         return idx, vals, int(gap_bits + nnz * self._float_bits)
-
-    def model_bits(self, payload, d: int) -> int:
-        return self.decode_sparse(payload, d)[2]
-
-    def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
-        idx, vals, _ = self.decode_sparse(payload, d)
-        out = np.zeros(d)
-        out[idx] = vals
-        return out
-
-    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
-        idx, vals, _ = self.decode_sparse(payload, d)
-        out[idx] += weight * vals

@@ -25,9 +25,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..errors import ConfigError, PayloadError
 from .base import FP64_PARAM, Param
-from .sparse import SparseCompressor, gather_checked
+from .sparse import FixedKSparse, gather_checked
 
 _F32 = (np.uint32(0x7FFFFFFF), 12)         # magnitude mask, bits of the first histogram
 _F64 = (np.uint64(0x7FFFFFFFFFFFFFFF), 15)
@@ -170,7 +169,7 @@ def magnitude_keys(x: np.ndarray):
     return x.view(np.uint64), mask, 63 - bits, 64
 
 
-class TopK(SparseCompressor):
+class TopK(FixedKSparse):
     """Top-k sparsification: the k largest |x_j|; biased, δ = k/d."""
 
     name = "topk"
@@ -183,27 +182,11 @@ class TopK(SparseCompressor):
     FORMAT_ID = 5
     unbiased = False
 
-    def _init(self) -> None:
-        self.k = self._params["k"]
-
-    def _validate(self, d: int) -> None:
-        if self.k > d:
-            raise ConfigError(f"{self.name}: parameter k={self.k} is out of range for d={d}; "
-                              f"allowed: 1 <= k <= d")
-
     def omega(self, d: int) -> None:
         return None
 
     def delta(self, d: int) -> float:
         return self.k / d
-
-    def _nnz(self, d: int) -> int:
-        return self.k
-
-    def _read_sparse(self, payload, d):
-        if self.k > d:
-            raise PayloadError(f"{self.name}: requested d={d} is smaller than k={self.k}")
-        return super()._read_sparse(payload, d)
 
     def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
         d = x.shape[0]
