@@ -225,9 +225,12 @@ def test_unbiased(spec):
     n = 2000
     y = draws(c, x, n, seed=zlib.crc32(spec.encode()))
     mean = y.mean(axis=0)
-    # exact standard errors: empirical ones are unreliable for rarely-kept coordinates
+    # exact standard errors: empirical ones are unreliable for rarely-kept coordinates. Each
+    # coordinate within 4.5 SE: with 200 coordinates a 4-SE rule alone fails ~1 % of correct runs
+    # (200 × 6e-5); 4.5 SE keeps the family-wise false alarm near 0.1 %. The mean-z² check below
+    # catches a small common bias that a per-coordinate rule cannot.
     se = np.sqrt(coord_variance(c, x) / n)
-    assert np.all(np.abs(mean - x) <= 4 * se + 1e-6 * np.abs(x)), spec
+    assert np.all(np.abs(mean - x) <= 4.5 * se + 1e-6 * np.abs(x)), spec
     # aggregate check, sensitive to a small common bias: mean squared z-score ≈ 1
     ok = se > 1e-9 * np.abs(x)
     if ok.any():

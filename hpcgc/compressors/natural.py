@@ -48,15 +48,17 @@ from ..errors import PayloadError
 from . import wire
 from .base import FP64_PARAM, Compressor, DecodeInto, Param
 from .norms import nonfinite_flag
-from .prng import mix64, uniform_at
+from .prng import TWO32, mix64, uniform_at, uniforms32
 from .qsgd import BucketDither
 from .randk import sample_k_of_d_sorted
 from .sparse import FixedKSparse
-from .wire import CHUNK, pack_fixed_width, unpack_fixed_width
+from .wire import CHUNK, pack_fields, unpack_fields
 
 _MAG = np.uint64(0x7FFFFFFFFFFFFFFF)
 _MANT = np.uint64(0x000FFFFFFFFFFFFF)
 _S52 = np.uint64(52)
+_S20 = np.uint64(20)
+_HALF20 = np.uint64(1 << 19)
 _S63 = np.uint64(63)
 _TWO_M52 = 2.0**-52
 _TWO_126 = 2.0**126
@@ -351,34 +353,33 @@ class NaturalRandK(DecodeInto, FixedKSparse):
 # ------------------------------------------------------------------------------------------------
 
 @njit(cache=True)
-def natural_dither(x, start, inv, s, seed, rbuf, fields):
-    """fields[q] = l << 1 | sign for j = start + q: r = |x_j|·inv ∈ [0, 1] rounded unbiasedly to
-    the neighbouring levels of {0, 2^{1−s}, …, 1/2, 1}; level index l (value 2^{l−s}, 0 for l = 0).
-    ``rbuf`` is float64 scratch of at least len(fields) (read back as uint64 bits)."""
-    m = fields.shape[0]
-    rb = rbuf[:m]
-    bits = rbuf.view(np.uint64)
-    low = 2.0 ** (s - 1)                     # r < 2^{1−s}: l = 1 with probability r·2^{s−1}
-    for q in range(m):
-        rb[q] = abs(np.float64(x[q])) * inv
-    for q in range(m):
-        r = rb[q]
-        b = bits[q]
-        e = np.int64(b >> _S52) - 1023       # 2^e ≤ r < 2^{e+1} for normal r
-        u = uniform_at(seed, start + q)
-        lev = e + s + np.int64(u < np.float64(b & _MANT) * _TWO_M52)
-        if e + s < 1:                         # below the smallest non-zero level
-            lev = np.int64(u < r * low)
+def natural_dither(x, u, inv, s, fields):
+    """fields[q] = l << 1 | sign (equal-length slices): r = |x_q|·inv ∈ [0, 1] rounded unbiasedly
+    to the neighbouring levels of {0, 2^{1−s}, …, 1/2, 1}; level index l (value 2^{l−s}, 0 for
+    l = 0). With 2^e ≤ r < 2^{e+1}, l = e + s + [u_q < round(f·2^32)], f = r/2^e − 1 the mantissa
+    fraction (top 32 bits of the float64 mantissa, rounded); below the smallest non-zero level,
+    l = [u_q < round(r·2^{s−1}·2^32)]. u_q: uniform 32-bit integers (:func:`.prng.uniforms32`)."""
+    low = 2.0 ** (s - 1) * TWO32             # r < 2^{1−s}: l = 1 with probability r·2^{s−1}
+    for q in range(fields.shape[0]):
+        v = np.float64(x[q])
+        r = abs(v) * inv
+        b = np.float64(r).view(np.uint64)
+        es = np.int64(b >> _S52) - (1023 - s)   # e + s, 2^e ≤ r < 2^{e+1} for normal r
+        uq = np.int64(u[q])
+        up = np.int64(((b & _MANT) + _HALF20) >> _S20)
+        small = np.int64(r * low + 0.5)
+        lev = es + np.int64(uq < up) if es >= 1 else np.int64(uq < small)
         lev = min(lev, s)                     # r = 1 (or rounding above 1) stays at the top
-        fields[q] = (lev << 1) | np.int64((x[q] < 0.0) & (lev > 0))
+        fields[q] = (lev << 1) | np.int64((v < 0.0) & (lev > 0))
 
 
 @njit(cache=True)
 def natural_dither_pack(x, bucket, scales, s, width, seed, out, offset):
-    """Natural dithering of x with per-bucket scales, fields packed at ``width`` bits."""
+    """Natural dithering of x with per-bucket scales, fields packed at ``width`` bits
+    (:func:`.wire.pack_fields`)."""
     d = x.shape[0]
     fields = np.empty(CHUNK, dtype=np.uint32)
-    rbuf = np.empty(CHUNK, dtype=np.float64)
+    u = np.empty(CHUNK, dtype=np.uint32)
     for c0 in range(0, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
         i = c0
@@ -386,10 +387,11 @@ def natural_dither_pack(x, bucket, scales, s, width, seed, out, offset):
             l = i // bucket
             e = min((l + 1) * bucket, c1)
             sc = scales[l]
-            natural_dither(x[i:e], i, 1.0 / sc if sc > 0.0 else 0.0, s, seed, rbuf,
-                           fields[i - c0:e - c0])
+            uq = u[i - c0:e - c0]
+            uniforms32(seed, i, uq)
+            natural_dither(x[i:e], uq, 1.0 / sc if sc > 0.0 else 0.0, s, fields[i - c0:e - c0])
             i = e
-        pack_fixed_width(fields[:c1 - c0], width, out, offset + (c0 * width) // 8)
+        pack_fields(fields[:c1 - c0], width, out, offset + (c0 * width) // 8)
 
 
 @njit(cache=True)
@@ -399,7 +401,7 @@ def natural_dither_decode(src, offset, d, bucket, scales, s, width, out, weight,
     levels = np.empty(s + 1)
     for c0 in range(0, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
-        unpack_fixed_width(src, offset + (c0 * width) // 8, width, fields[:c1 - c0])
+        unpack_fields(src, offset + (c0 * width) // 8, width, fields[:c1 - c0])
         i = c0
         while i < c1:
             l = i // bucket

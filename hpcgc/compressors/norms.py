@@ -7,50 +7,58 @@ m norms alone (no extra pass over x).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
-def nonfinite_flag(x):
-    """Σ x_i·0 with 4 accumulators: 0.0 if every x_i is finite, NaN otherwise."""
-    n = x.shape[0]
-    a0 = 0.0
-    a1 = 0.0
-    a2 = 0.0
-    a3 = 0.0
-    for q in range(n // 4):
-        a0 += np.float64(x[4 * q]) * 0.0
-        a1 += np.float64(x[4 * q + 1]) * 0.0
-        a2 += np.float64(x[4 * q + 2]) * 0.0
-        a3 += np.float64(x[4 * q + 3]) * 0.0
-    for i in range((n // 4) * 4, n):
-        a0 += np.float64(x[i]) * 0.0
-    return (a0 + a1) + (a2 + a3)
+_ABS32 = np.uint32(0x7FFFFFFF)
+_ABS64 = np.uint64(0x7FFFFFFFFFFFFFFF)
+_INF32_BITS = 0x7F800000
+_INF64_BITS = 0x7FF0000000000000
 
 
 @njit(cache=True)
+def max_abs_bits32(u):
+    """max of (u_i & 0x7FFFFFFF) over the bit patterns of float32 values: the bits of max |x_i|,
+    ≥ 0x7F800000 iff some x_i is ±Inf or NaN (IEEE order of non-negative floats = integer order).
+    An integer max reduction, which vectorises (a float max with NaN semantics does not)."""
+    m = np.uint32(0)
+    for i in range(u.shape[0]):
+        m = max(m, u[i] & _ABS32)
+    return m
+
+
+@njit(cache=True)
+def max_abs_bits64(u):
+    """:func:`max_abs_bits32` for float64 bit patterns (≥ 0x7FF0000000000000 iff non-finite)."""
+    m = np.uint64(0)
+    for i in range(u.shape[0]):
+        m = max(m, u[i] & _ABS64)
+    return m
+
+
+def nonfinite_flag(x: np.ndarray) -> float:
+    """0.0 if every x_i (a contiguous float32/float64 array) is finite, NaN otherwise; one
+    vectorised read of x."""
+    if x.dtype == np.float32:
+        return 0.0 if max_abs_bits32(x.view(np.uint32)) < _INF32_BITS else math.nan
+    if x.dtype == np.float64:
+        return 0.0 if max_abs_bits64(x.view(np.uint64)) < _INF64_BITS else math.nan
+    return 0.0 if np.isfinite(x).all() else math.nan
+
+
+@njit(cache=True, fastmath={"reassoc"})
 def sum_squares(x):
-    """Σ x_i² in float64 with 4 independent accumulators (a fixed order: deterministic, and
-    4× less add latency than one running sum)."""
-    n = x.shape[0]
-    a0 = 0.0
-    a1 = 0.0
-    a2 = 0.0
-    a3 = 0.0
-    for q in range(n // 4):
-        v0 = np.float64(x[4 * q])
-        v1 = np.float64(x[4 * q + 1])
-        v2 = np.float64(x[4 * q + 2])
-        v3 = np.float64(x[4 * q + 3])
-        a0 += v0 * v0
-        a1 += v1 * v1
-        a2 += v2 * v2
-        a3 += v3 * v3
-    for i in range((n // 4) * 4, n):
+    """Σ x_i² in float64. ``reassoc`` lets LLVM split the sum over vector lanes (no other
+    fast-math: NaN and Inf still propagate); the order is fixed by the compiled code, so results
+    are reproducible on one machine and differ across vector widths only in the last bits."""
+    s = 0.0
+    for i in range(x.shape[0]):
         v = np.float64(x[i])
-        a0 += v * v
-    return (a0 + a1) + (a2 + a3)
+        s += v * v
+    return s
 
 
 @njit(cache=True)
@@ -81,28 +89,43 @@ def block_norms_l2(x, block, norms):
 
 @njit(cache=True)
 def max_abs(x):
-    """max |x_i| (0 for an empty slice), NaN if x holds NaN or ±Inf; 4 independent lanes."""
-    n = x.shape[0]
-    m0 = 0.0
-    m1 = 0.0
-    m2 = 0.0
-    m3 = 0.0
-    for q in range(n // 4):
-        m0 = max(m0, abs(np.float64(x[4 * q])))
-        m1 = max(m1, abs(np.float64(x[4 * q + 1])))
-        m2 = max(m2, abs(np.float64(x[4 * q + 2])))
-        m3 = max(m3, abs(np.float64(x[4 * q + 3])))
-    for i in range((n // 4) * 4, n):
-        m0 = max(m0, abs(np.float64(x[i])))
-    return max(max(m0, m1), max(m2, m3)) + nonfinite_flag(x)
+    """max |x_i| (0 for an empty slice), NaN if x holds NaN or ±Inf (the rare rescaling path of
+    :func:`block_norms_l2`)."""
+    m = 0.0
+    flag = 0.0
+    for i in range(x.shape[0]):
+        a = abs(np.float64(x[i]))
+        m = max(m, a)
+        flag += a * 0.0                            # NaN iff some entry is NaN or ±Inf
+    return m + flag
 
 
 @njit(cache=True)
-def block_norms_linf(x, block, norms):
-    """norms[l] = ‖x(l)‖_∞; NaN if the block holds NaN or ±Inf."""
-    d = x.shape[0]
-    for l in range(norms.shape[0]):
-        norms[l] = max_abs(x[l * block:min((l + 1) * block, d)])
+def block_max_bits32(u, block, out):
+    """out[l] = :func:`max_abs_bits32` of block l of the float32 bit patterns ``u``."""
+    d = u.shape[0]
+    for l in range(out.shape[0]):
+        out[l] = max_abs_bits32(u[l * block:min((l + 1) * block, d)])
+
+
+@njit(cache=True)
+def block_max_bits64(u, block, out):
+    """out[l] = :func:`max_abs_bits64` of block l of the float64 bit patterns ``u``."""
+    d = u.shape[0]
+    for l in range(out.shape[0]):
+        out[l] = max_abs_bits64(u[l * block:min((l + 1) * block, d)])
+
+
+def block_norms_linf(x: np.ndarray, block: int, norms: np.ndarray) -> None:
+    """norms[l] = ‖x(l)‖_∞; NaN or Inf if the block holds NaN or ±Inf (integer max of the bit
+    patterns, see :func:`max_abs_bits32`)."""
+    if x.dtype == np.float32:
+        bits = np.empty(norms.shape[0], dtype=np.uint32)
+        block_max_bits32(x.view(np.uint32), block, bits)
+    else:
+        bits = np.empty(norms.shape[0], dtype=np.uint64)
+        block_max_bits64(x.view(np.uint64), block, bits)
+    norms[:] = bits.view(x.dtype)
 
 
 def n_blocks(d: int, block: int) -> int:

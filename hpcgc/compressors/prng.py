@@ -11,8 +11,13 @@ to the same stream (draw i of seed s is mix(s + (i+1)·γ)):
 
 * sequential: ``next_u64``/``next_uniform``/``next_below`` take the state and return
   ``(new_state, value)``;
-* counter-based: ``uniform_at(seed, i)`` is the i-th uniform directly, so the per-entry dithering
-  loops have no loop-carried dependency and vectorise.
+* counter-based: ``uniform_at(seed, i)`` is the i-th uniform directly, so loops over it have no
+  loop-carried dependency and vectorise;
+* 32-bit halves: :func:`uniforms32` splits each 64-bit word of the same stream into two 32-bit
+  uniforms, one per coordinate. The dithering kernels use it with fixed-point probabilities
+  (``P[up] = R/2^32``, R the probability rounded to 32 fractional bits), which halves the hashing
+  per entry; a probability is then off by at most 2^-33 (plus float64 rounding), i.e. the
+  dithered value's bias is at most 2^-33 of one quantization step.
 """
 from __future__ import annotations
 
@@ -29,6 +34,8 @@ _S11 = np.uint64(11)
 _S32 = np.uint64(32)
 _LOW32 = np.uint64(0xFFFFFFFF)
 _TWO_M53 = 1.0 / 9007199254740992.0
+TWO32 = 4294967296.0
+"""2^32: scales a probability to the 32-bit fixed point of :func:`uniforms32`."""
 
 
 @njit(cache=True)
@@ -44,6 +51,28 @@ def uniform_at(seed, i):
     """The i-th uniform (i ≥ 0) of the stream of ``seed`` (uint64), on {0, 2^-53, …, 1 − 2^-53}."""
     z = mix64(seed + np.uint64(i + 1) * _GAMMA)
     return np.float64(z >> _S11) * _TWO_M53
+
+
+@njit(cache=True)
+def uniforms32(seed, start, out):
+    """Fill ``out`` (uint32, length m) with independent uniform 32-bit integers for the
+    coordinates start, …, start + m − 1 of one message: word w = start + p of the stream of
+    ``seed`` (the 64 bits ``uniform_at(seed, w)`` is made of), p < h = m // 2, gives its low half
+    to out[p] and its high half to out[h + p]; an odd last entry takes the low half of word
+    start + h. The words used lie in [start, start + m), so disjoint coordinate ranges of one
+    message (its buckets or chunks) never share random bits. Two contiguous half-loops: both
+    vectorise."""
+    m = out.shape[0]
+    h = m // 2
+    lo = out[:h]
+    hi = out[h:2 * h]
+    base = seed + np.uint64(start + 1) * _GAMMA
+    for p in range(h):
+        z = mix64(base + np.uint64(p) * _GAMMA)
+        lo[p] = np.uint32(z & _LOW32)
+        hi[p] = np.uint32(z >> _S32)
+    if m & 1:
+        out[m - 1] = np.uint32(mix64(base + np.uint64(h) * _GAMMA) & _LOW32)
 
 
 @njit(cache=True)

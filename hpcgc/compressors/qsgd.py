@@ -6,8 +6,9 @@ Quantization and Encoding*, NeurIPS 2017 (Lemma 3.1). For a bucket v (the whole 
     Q_s(v)_i = ‖v‖₂ · sgn(v_i) · ξ_i,   ξ_i ∈ {l/s, (l+1)/s},   P[ξ_i = (l+1)/s] = s|v_i|/‖v‖₂ − l,
 
 with l = ⌊s|v_i|/‖v‖₂⌋, so E Q_s(v) = v and E‖Q_s(v) − v‖² ≤ min(b/s², √b/s)·‖v‖² for bucket size b.
-``‖v‖₂`` is the norm *as sent* (float32 rounded up by default), which keeps the operator exactly
-unbiased in exact arithmetic. This is D^{2,s}_sta of the Natural Compression paper; with s = 1 it is
+``‖v‖₂`` is the norm *as sent* (float32 rounded up by default), so every probability is ≤ 1. The
+rounding up is drawn with 32-bit fixed-point probabilities (:func:`.prng.uniforms32`): the
+operator is unbiased up to 2^-33 of a quantization step per entry. This is D^{2,s}_sta of the Natural Compression paper; with s = 1 it is
 DIANA's Quant_2 (`quant:p=2`).
 
 ``p=inf`` scales by the bucket's max-norm instead (what QSGD's experiments do, and D^{∞,s}_sta of
@@ -17,8 +18,8 @@ unit²·f(1 − f) ≤ min(unit²/4, unit·|v_i|), unit = ‖v‖_∞/s ≤ ‖v
 min(b/(4s²), (1 + √b)/(2s)) also holds and is noted in ``docs/compressors.md``.
 
 Wire format (after the 8-byte header): m bucket norms (float32, or float64 with ``fp64=true``),
-then d fields of 1 + ⌈log₂(s+1)⌉ bits, LSB-first, field = (level << 1) | sign (sign = 1 for
-negative, only when level > 0). Model bits: F·m + d·(1 + ⌈log₂(s+1)⌉) (the paper's "naive"
+then d fields of 1 + ⌈log₂(s+1)⌉ bits (the blocked layout of ``wire.pack_fields``),
+field = (level << 1) | sign (sign = 1 for negative, only when level > 0). Model bits: F·m + d·(1 + ⌈log₂(s+1)⌉) (the paper's "naive"
 encoding; its Elias-coded bound is not what is sent).
 """
 from __future__ import annotations
@@ -32,29 +33,28 @@ from ..errors import PayloadError
 from . import wire
 from .base import FP64_PARAM, Compressor, Param
 from .norms import n_blocks
-from .prng import uniform_at
-from .wire import CHUNK, pack_fixed_width, unpack_fixed_width
+from .prng import TWO32, uniforms32
+from .wire import CHUNK, pack_fields, unpack_fields
 
 
 @njit(cache=True)
-def qsgd_dither(x, start, inv, s, seed, fields):
-    """fields[q] = level << 1 | sign for j = start + q: r = |x_j|·inv (inv = s/scale) is rounded to
-    ⌊r⌋ + [uniform_at(seed, j) < r − ⌊r⌋] (unbiased), capped at s. Equal-length slices."""
+def qsgd_dither(x, u, scale32, s, fields):
+    """fields[q] = level << 1 | sign (equal-length slices): with r = |x_q|·s/scale, level =
+    ⌊r⌋ + [u_q < frac(r)·2^32] = ⌊(R + u_q)/2^32⌋, R = round(r·2^32) = round(|x_q|·scale32),
+    capped at s; u_q a uniform 32-bit integer (:func:`.prng.uniforms32`)."""
     for q in range(fields.shape[0]):
         v = np.float64(x[q])
-        r = abs(v) * inv
-        lev = np.int64(r)
-        lev += np.int64(uniform_at(seed, start + q) < r - lev)
-        lev = min(lev, s)                   # r ≤ s in exact arithmetic; guards rounding
+        lev = min((np.int64(abs(v) * scale32 + 0.5) + np.int64(u[q])) >> 32, s)
         fields[q] = (lev << 1) | np.int64((v < 0.0) & (lev > 0))
 
 
 @njit(cache=True)
 def qsgd_dither_pack(x, bucket, scales, s, width, seed, out, offset):
-    """QSGD dithering of x with per-bucket scales; fields bit-packed at ``width`` bits each into
-    ``out[offset:]``."""
+    """QSGD dithering of x with per-bucket scales; fields packed at ``width`` bits each into
+    ``out[offset:]`` (:func:`.wire.pack_fields`)."""
     d = x.shape[0]
     fields = np.empty(CHUNK, dtype=np.uint32)
+    u = np.empty(CHUNK, dtype=np.uint32)
     for c0 in range(0, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
         i = c0
@@ -62,9 +62,11 @@ def qsgd_dither_pack(x, bucket, scales, s, width, seed, out, offset):
             l = i // bucket
             e = min((l + 1) * bucket, c1)
             sc = scales[l]
-            qsgd_dither(x[i:e], i, s / sc if sc > 0.0 else 0.0, s, seed, fields[i - c0:e - c0])
+            uq = u[i - c0:e - c0]
+            uniforms32(seed, i, uq)
+            qsgd_dither(x[i:e], uq, TWO32 * s / sc if sc > 0.0 else 0.0, s, fields[i - c0:e - c0])
             i = e
-        pack_fixed_width(fields[:c1 - c0], width, out, offset + (c0 * width) // 8)
+        pack_fields(fields[:c1 - c0], width, out, offset + (c0 * width) // 8)
 
 
 @njit(cache=True)
@@ -90,7 +92,7 @@ def qsgd_unpack_decode(src, offset, d, bucket, units, width, out, weight, accumu
     fields = np.empty(CHUNK, dtype=np.uint32)
     for c0 in range(0, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
-        unpack_fixed_width(src, offset + (c0 * width) // 8, width, fields[:c1 - c0])
+        unpack_fields(src, offset + (c0 * width) // 8, width, fields[:c1 - c0])
         i = c0
         while i < c1:
             l = i // bucket
@@ -157,13 +159,17 @@ class QSGD(BucketDither):
 
     name = "qsgd"
     description = ("QSGD random dithering with s levels per bucket, l2 (or p=inf) scale (Alistarh et al. 2017); "
-                   "omega = min(b/s^2, sqrt(b)/s), b = bucket or d; bits F*m + d*(1+ceil(log2(s+1)))")
+                   "omega = min(b/s^2, sqrt(b)/s), b = bucket or d; bits F*m + d*(1+ceil(log2(s+1))), "
+                   "code=elias: F*m + Elias-omega gaps and levels of the nonzeros (QSGD Thm 3.2)")
     PARAMS = (
         Param("s", int, 4, low=1, high=2**31 - 1, doc="number of quantization levels"),
         Param("bucket", int, 0, low=0, doc="bucket size, 0 = whole vector"),
         Param("p", float, 2, choices=(2, math.inf), in_spec="nondefault",
               doc="norm of the scale: 2 (QSGD) or inf (max-norm, as QSGD's experiments)"),
         FP64_PARAM,
+        Param("code", str, "fixed", choices=("fixed", "elias"), in_spec="nondefault",
+              doc="level encoding: fixed-width fields, or elias = Elias-omega gaps, sign, "
+                  "Elias-omega level of the nonzeros (QSGD Thm 3.2; same levels)"),
     )
     FORMAT_ID = 2
     unbiased = True
@@ -178,13 +184,33 @@ class QSGD(BucketDither):
         scales, offset = self._checked_scales(payload, d, "quantization level")
         return scales / self.s, self.bucket_size(d), offset
 
+    # code=elias: same levels, Elias-coded (hpcgc.compressors.qsgd_elias; imported lazily, it
+    # imports this module's dithering kernel)
+    def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
+        if self._params["code"] == "elias":
+            from . import qsgd_elias
+            return qsgd_elias.compress(self, x, seed)
+        return super()._compress(x, seed)
+
+    def model_bits(self, payload, d: int) -> int:
+        if self._params["code"] == "elias":
+            from . import qsgd_elias
+            return qsgd_elias.model_bits(self, payload, d)
+        return super().model_bits(payload, d)
+
     def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
+        if self._params["code"] == "elias":
+            from . import qsgd_elias
+            return qsgd_elias.decompress(self, payload, d)
         units, b, offset = self._units(payload, d)
         out = np.empty(d)
         qsgd_unpack_decode(payload, offset, d, b, units, self._width, out, 1.0, False)
         return out
 
     def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
+        if self._params["code"] == "elias":
+            from . import qsgd_elias
+            return qsgd_elias.decompress_add(self, payload, d, out, weight)
         units, b, offset = self._units(payload, d)
         qsgd_unpack_decode(payload, offset, d, b, units, self._width, out, weight, True)
 

@@ -9,7 +9,8 @@ so every entry becomes one of {−‖Δ(l)‖_p, 0, +‖Δ(l)‖_p}. Unbiased, w
 E‖Quant_p(Δ) − Δ‖² = ‖Δ‖₁‖Δ‖_p − ‖Δ‖₂² per block, hence ω = √b − 1 (p = 2, tight on a flat
 block) and ω = (√b − 1)/2 (p = ∞, tight on (1, 1/(√b+1), …)), b = min(block, d)
 (`spec/diana.md` B.4). ``‖Δ(l)‖_p`` is the norm as sent (float32 rounded up by default), so the
-probabilities never exceed 1 and the operator is exactly unbiased in exact arithmetic.
+probabilities never exceed 1; they are drawn in 32-bit fixed point (:func:`.prng.uniforms32`), so
+the operator is unbiased up to 2^-33 of the block norm per entry.
 
 TernGrad (Wen, Xu, Yan, Wu, Wang, Chen, Li, *TernGrad: Ternary Gradients to Reduce Communication in
 Distributed Deep Learning*, NeurIPS 2017) is Quant_∞ (Natural Compression paper §3.1: TernGrad =
@@ -31,18 +32,18 @@ from ..errors import PayloadError
 from . import wire
 from .base import FP64_PARAM, Compressor, Param
 from .norms import n_blocks
-from .prng import uniform_at
+from .prng import TWO32, uniforms32
 from .wire import CHUNK, TRITS_PER_BYTE, pack_trits, unpack_trits
 
 
 @njit(cache=True)
-def ternary_dither(x, start, inv, seed, trits):
-    """trits[q] = ξ·(1 + [x_j < 0]) for j = start + q, with ξ = [uniform_at(seed, j) < |x_j|·inv]
-    ~ Bernoulli(|x_j|/scale) (inv = 1/scale). ``x`` and ``trits`` are equal-length slices; loops
-    over slices from 0 let numba drop negative-index checks and vectorise."""
+def ternary_dither(x, u, inv32, trits):
+    """trits[q] = ξ·(1 + [x_q < 0]) (equal-length slices), ξ = [u_q < round(|x_q|·inv32)]
+    ~ Bernoulli(|x_q|/scale) with inv32 = 2^32/scale and u_q a uniform 32-bit integer
+    (:func:`.prng.uniforms32`): P[ξ = 1] is |x_q|/scale rounded to 32 fractional bits."""
     for q in range(trits.shape[0]):
         v = np.float64(x[q])
-        xi = np.int64(uniform_at(seed, start + q) < abs(v) * inv)
+        xi = np.int64(np.int64(u[q]) < np.int64(abs(v) * inv32 + 0.5))
         trits[q] = xi * (1 + np.int64(v < 0.0))
 
 
@@ -52,6 +53,7 @@ def ternary_dither_pack(x, block, scales, seed, out, offset):
     (⌈d/5⌉ bytes); trit 0: zero, 1: +scale, 2: −scale."""
     d = x.shape[0]
     trits = np.empty(CHUNK, dtype=np.uint8)
+    u = np.empty(CHUNK, dtype=np.uint32)
     for c0 in range(0, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
         i = c0
@@ -59,7 +61,9 @@ def ternary_dither_pack(x, block, scales, seed, out, offset):
             l = i // block
             e = min((l + 1) * block, c1)
             sc = scales[l]
-            ternary_dither(x[i:e], i, 1.0 / sc if sc > 0.0 else 0.0, seed, trits[i - c0:e - c0])
+            uq = u[i - c0:e - c0]
+            uniforms32(seed, i, uq)
+            ternary_dither(x[i:e], uq, TWO32 / sc if sc > 0.0 else 0.0, trits[i - c0:e - c0])
             i = e
         pack_trits(trits[:c1 - c0], out, offset + c0 // TRITS_PER_BYTE)
 

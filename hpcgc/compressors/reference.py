@@ -3,16 +3,18 @@ micro-benchmark (``python -m hpcgc.bench micro`` reports the hpcgc/numpy speed-u
 
 Each reference is what a careful user would write with whole-array numpy operations: norms with
 ``np.linalg.norm``/``np.maximum.reduceat``, per-entry randomness from one ``uniforms(n)`` call
-(``rng.random(n)`` by default), bits packed with ``np.packbits`` over a (n, width) bit matrix,
+(``rng.random(n)`` or ``rng.integers``), bits packed with ``np.packbits`` over a (n, width) bit matrix,
 top-k by ``np.argpartition``, random subsets by ``rng.choice(d, k, replace=False)``.
 
-``compress(c, x, rng, uniforms=None)`` returns an opaque message (a tuple of arrays, already bit
+Per-entry randomness comes from a uniforms object: ``floats(n)`` (uniform doubles) and
+``u32(d, block)`` (uniform 32-bit integers, the dithering kernels' fixed-point draws);
+:class:`RngUniforms` wraps the Generator. ``compress(c, x, rng, uniforms=None)`` returns an opaque message (a tuple of arrays, already bit
 packed) and ``decompress(c, msg, d)`` the dense float64 vector. Packed bytes follow the hpcgc body
 layouts where that is natural (fixed-width fields LSB-first, 5 trits per byte, sign bits, nat
 blocks), so the work matches; sparse indices always use the fixed ⌈log₂d⌉-bit encoding.
 
 With ``uniforms=splitmix_uniforms(seed)`` — the numpy transcription of
-:func:`hpcgc.compressors.prng.uniform_at` — and the seed a compressor drew, the dithering
+:func:`hpcgc.compressors.prng.uniform_at` and :func:`~hpcgc.compressors.prng.uniforms32` — and the seed a compressor drew, the dithering
 references (qsgd, quant, terngrad, natural, natural-dither, bernoulli) make the *same* random
 choices as the numba kernels, so tests can compare decoded vectors exactly. rand-k style sampling
 (Floyd's algorithm there, ``rng.choice`` here) differs; deterministic compressors (top-k without
@@ -31,19 +33,60 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
 
-def splitmix_uniforms(seed) -> Callable[[int], np.ndarray]:
-    """uniforms(n) = [uniform_at(seed, i) for i in range(n)], vectorised (uint64 wrap-around)."""
-    s = np.uint64(seed)
+def _mix64(z: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        return z ^ (z >> np.uint64(31))
 
-    def uniforms(n: int) -> np.ndarray:
-        with np.errstate(over="ignore"):
-            z = s + (np.arange(1, n + 1, dtype=np.uint64) * _GAMMA)
-            z = (z ^ (z >> np.uint64(30))) * _M1
-            z = (z ^ (z >> np.uint64(27))) * _M2
-            z = z ^ (z >> np.uint64(31))
-        return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
-    return uniforms
+def _words(seed, w: np.ndarray) -> np.ndarray:
+    """z_w = mix64(seed + (w + 1)·γ), the 64-bit words of :mod:`hpcgc.compressors.prng`."""
+    with np.errstate(over="ignore"):
+        return _mix64(np.uint64(seed) + (w.astype(np.uint64) + np.uint64(1)) * _GAMMA)
+
+
+class RngUniforms:
+    """Per-entry randomness from a numpy Generator (what the benchmark's references use)."""
+
+    def __init__(self, rng: np.random.Generator):
+        self.rng = rng
+
+    def floats(self, n: int) -> np.ndarray:
+        return self.rng.random(n)
+
+    def u32(self, d: int, block: int) -> np.ndarray:
+        return self.rng.integers(0, 2**32, size=d, dtype=np.int64)
+
+
+class SplitMixUniforms:
+    """The kernels' randomness for one kernel seed, transcribed to numpy: ``floats(n)`` =
+    [uniform_at(seed, i)], ``u32(d, block)`` = what :func:`hpcgc.compressors.prng.uniforms32`
+    gives the slices [i, e) the dithering kernels cut at bucket/block and ``wire.CHUNK``
+    boundaries."""
+
+    def __init__(self, seed):
+        self.seed = np.uint64(seed)
+
+    def floats(self, n: int) -> np.ndarray:
+        return (_words(self.seed, np.arange(n)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+    def u32(self, d: int, block: int) -> np.ndarray:
+        cuts = np.union1d(np.arange(0, d, block), np.arange(0, d, wire.CHUNK))
+        m = np.diff(np.append(cuts, d))
+        j = np.arange(d)
+        a = np.repeat(cuts, m)                   # start of each entry's slice
+        h = np.repeat(m // 2, m)
+        q = j - a
+        word = np.where(q < h, a + q, np.where(q < 2 * h, a + q - h, a + h))
+        z = _words(self.seed, word)
+        hi = (q >= h) & (q < 2 * h)
+        return np.where(hi, z >> np.uint64(32), z & np.uint64(0xFFFFFFFF)).astype(np.int64)
+
+
+def splitmix_uniforms(seed) -> SplitMixUniforms:
+    """The kernels' uniforms for kernel seed ``seed`` (see :class:`SplitMixUniforms`)."""
+    return SplitMixUniforms(seed)
 
 
 # -- packing helpers ------------------------------------------------------------------------------
@@ -61,6 +104,29 @@ def unpack_fixed(packed: np.ndarray, n: int, width: int) -> np.ndarray:
         return np.zeros(n, np.int64)
     bits = np.unpackbits(packed, bitorder="little", count=n * width).reshape(n, width)
     return bits.astype(np.int64) @ (np.int64(1) << np.arange(width, dtype=np.int64))
+
+
+def pack_blocked(fields: np.ndarray, width: int) -> np.ndarray:
+    """The blocked layout of ``wire.pack_fields``: each full block of FIELD_BLOCK = 32·LANES
+    fields is a (32, LANES) matrix whose column l (lane l) is packed LSB-first into ``width``
+    uint32 words; the words are stored row-major as (width, LANES); the tail is packed LSB-first."""
+    n, L = fields.shape[0], wire.LANES
+    nb = n // wire.FIELD_BLOCK
+    lanes = fields[:nb * wire.FIELD_BLOCK].reshape(nb, 32, L).transpose(0, 2, 1).reshape(-1)
+    words = pack_fixed(lanes, width).view("<u4").reshape(nb, L, width).transpose(0, 2, 1)
+    return np.concatenate([np.ascontiguousarray(words).reshape(-1).view(np.uint8),
+                           pack_fixed(fields[nb * wire.FIELD_BLOCK:], width)])
+
+
+def unpack_blocked(packed: np.ndarray, n: int, width: int) -> np.ndarray:
+    """Inverse of :func:`pack_blocked`."""
+    L = wire.LANES
+    nb = n // wire.FIELD_BLOCK
+    nbytes = 4 * width * L * nb
+    words = packed[:nbytes].view("<u4").reshape(nb, width, L).transpose(0, 2, 1)
+    lanes = unpack_fixed(np.ascontiguousarray(words).reshape(-1).view(np.uint8), nb * 32 * L, width)
+    head = lanes.reshape(nb, L, 32).transpose(0, 2, 1).reshape(-1)
+    return np.concatenate([head, unpack_fixed(packed[nbytes:], n - nb * wire.FIELD_BLOCK, width)])
 
 
 def _bucket_norms(x: np.ndarray, b: int, p) -> np.ndarray:
@@ -101,18 +167,16 @@ def _qsgd(c, x, rng, u):
     d, s = x.shape[0], c.s
     b = _bucket(c, d)
     sc = _scales(c, _bucket_norms(x, b, c.p))
-    inv = np.where(sc > 0, s / np.where(sc > 0, sc, 1.0), 0.0)
-    r = np.abs(x) * _per_entry(inv, b, d)
-    lev = np.floor(r)
-    lev += u(d) < r - lev
-    lev = np.minimum(lev, s).astype(np.int64)
+    sc32 = np.where(sc > 0, 4294967296.0 * s / np.where(sc > 0, sc, 1.0), 0.0)
+    R = np.floor(np.abs(x).astype(np.float64) * _per_entry(sc32, b, d) + 0.5).astype(np.int64)
+    lev = np.minimum((R + u.u32(d, b)) >> 32, s)         # ⌊r⌋ + [u < frac(r)], 32-bit fixed point
     fields = (lev << 1) | ((x < 0) & (lev > 0))
-    return sc, pack_fixed(fields, 1 + wire.bits_for(s + 1))
+    return sc, pack_blocked(fields, 1 + wire.bits_for(s + 1))
 
 
 def _qsgd_d(c, msg, d):
     sc, packed = msg
-    f = unpack_fixed(packed, d, 1 + wire.bits_for(c.s + 1))
+    f = unpack_blocked(packed, d, 1 + wire.bits_for(c.s + 1))
     unit = _per_entry(sc / c.s, _bucket(c, d), d)
     return (f >> 1) * unit * (1 - 2 * (f & 1))
 
@@ -121,8 +185,8 @@ def _quant(c, x, rng, u):
     d = x.shape[0]
     b = _bucket(c, d)
     sc = _scales(c, _bucket_norms(x, b, c.p))
-    inv = np.where(sc > 0, 1.0 / np.where(sc > 0, sc, 1.0), 0.0)
-    xi = u(d) < np.abs(x) * _per_entry(inv, b, d)
+    inv32 = np.where(sc > 0, 4294967296.0 / np.where(sc > 0, sc, 1.0), 0.0)
+    xi = u.u32(d, b) < np.floor(np.abs(x).astype(np.float64) * _per_entry(inv32, b, d) + 0.5)
     trits = xi * (1 + (x < 0))
     t = np.zeros(-(-d // 5) * 5, np.int64)
     t[:d] = trits
@@ -189,7 +253,7 @@ def _scaled_sign_d(c, msg, d):
 
 
 def _bernoulli(c, x, rng, u):
-    return (x.astype(_vdtype(c)),) if u(1)[0] < c.p else ()
+    return (x.astype(_vdtype(c)),) if u.floats(1)[0] < c.p else ()
 
 
 def _bernoulli_d(c, msg, d):
@@ -208,7 +272,7 @@ def _nat_exponents(c, x, uu):
 
 
 def _natural(c, x, rng, u):
-    ex, neg = _nat_exponents(c, x, u(x.shape[0]))
+    ex, neg = _nat_exponents(c, x, u.floats(x.shape[0]))
     return ex.astype(np.uint16 if c.params.get("fp64") else np.uint8), np.packbits(neg, bitorder="little")
 
 
@@ -225,7 +289,7 @@ def _natural_d(c, msg, d):
 def _natural_randk(c, x, rng, u):
     d = x.shape[0]
     idx = np.sort(rng.choice(d, c.k, replace=False))
-    ex, neg = _nat_exponents(c, x[idx], u(c.k))
+    ex, neg = _nat_exponents(c, x[idx], u.floats(c.k))
     return ex.astype(np.uint16 if c.params.get("fp64") else np.uint8), np.packbits(neg, bitorder="little"), \
         pack_fixed(idx, wire.bits_for(d))
 
@@ -243,19 +307,21 @@ def _natural_dither(c, x, rng, u):
     b = _bucket(c, d)
     sc = _scales(c, _bucket_norms(x, b, c.p))
     inv = np.where(sc > 0, 1.0 / np.where(sc > 0, sc, 1.0), 0.0)
-    r = np.abs(x) * _per_entry(inv, b, d)
-    uu = u(d)
+    r = np.abs(x).astype(np.float64) * _per_entry(inv, b, d)
+    uu = u.u32(d, b)
     m, e = np.frexp(r)                           # r = m·2^e: lower level 2^(e−1), index e − 1 + s
-    lev = np.where(e - 1 + s >= 1, e - 1 + s + (uu < 2 * m - 1), uu < r * 2.0 ** (s - 1))
+    up = uu < np.floor((2 * m - 1) * 4294967296.0 + 0.5)          # mantissa fraction, 32 bits
+    small = uu < np.floor(r * (2.0 ** (s - 1) * 4294967296.0) + 0.5)
+    lev = np.where(e - 1 + s >= 1, e - 1 + s + up, small)
     lev = np.where(r == 0, 0, lev)
     lev = np.minimum(lev, s).astype(np.int64)
     fields = (lev << 1) | ((x < 0) & (lev > 0))
-    return sc, pack_fixed(fields, 1 + wire.bits_for(s + 1))
+    return sc, pack_blocked(fields, 1 + wire.bits_for(s + 1))
 
 
 def _natural_dither_d(c, msg, d):
     sc, packed = msg
-    f = unpack_fixed(packed, d, 1 + wire.bits_for(c.s + 1))
+    f = unpack_blocked(packed, d, 1 + wire.bits_for(c.s + 1))
     lev = f >> 1
     val = np.where(lev > 0, np.ldexp(1.0, lev - c.s), 0.0)
     return _per_entry(sc, _bucket(c, d), d) * val * (1 - 2 * (f & 1))
@@ -287,7 +353,7 @@ def compress(c, x: np.ndarray, rng: np.random.Generator, uniforms=None):
     """The numpy reference message for compressor ``c`` (uniforms default: ``rng.random``)."""
     if not has_reference(c):
         raise KeyError(f"no numpy reference for {c.spec}")
-    return REFERENCES[c.name][0](c, np.asarray(x), rng, uniforms or rng.random)
+    return REFERENCES[c.name][0](c, np.asarray(x), rng, uniforms or RngUniforms(rng))
 
 
 def decompress(c, msg, d: int) -> np.ndarray:
@@ -302,5 +368,5 @@ def math_output(c, x: np.ndarray, seed) -> np.ndarray:
     return decompress(c, msg, np.asarray(x).shape[0])
 
 
-__all__ = ["REFERENCES", "compress", "decompress", "has_reference", "math_output", "pack_fixed",
-           "splitmix_uniforms", "unpack_fixed"]
+__all__ = ["REFERENCES", "RngUniforms", "SplitMixUniforms", "compress", "decompress", "has_reference",
+           "math_output", "pack_blocked", "pack_fixed", "splitmix_uniforms", "unpack_blocked", "unpack_fixed"]

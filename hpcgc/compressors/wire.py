@@ -17,7 +17,13 @@ compressor with different parameters (e.g. ``qsgd:s=4`` decoded as ``qsgd:s=8``)
 header bytes on every parameter.
 
 Bit streams are LSB-first: field ``i`` of width ``w`` occupies stream bits ``[i*w, (i+1)*w)``,
-stream bit ``b`` being bit ``b % 8`` of byte ``b // 8``. Ternary streams pack 5 trits per byte
+stream bit ``b`` being bit ``b % 8`` of byte ``b // 8``. Dense field streams (the dithering
+levels of ``qsgd`` and ``natural-dither``) use a *blocked* layout that vectorises
+(:func:`pack_fields`): every full block of ``FIELD_BLOCK`` = 32·``LANES`` fields is stored as
+``w``·``LANES`` little-endian uint32 words, lane ``l`` holding fields ``l, l + LANES, …,
+l + 31·LANES`` of the block packed LSB-first into its words ``l, l + LANES, …`` (the vertical
+layout of Lemire and Boytsov's SIMD-BP128); the remaining < ``FIELD_BLOCK`` fields follow
+LSB-first as above. Both layouts take exactly ``w`` bits per field. Ternary streams pack 5 trits per byte
 (``t0 + 3 t1 + 9 t2 + 27 t3 + 81 t4``, 3^5 = 243 ≤ 256): 1.6 bits per entry against the
 log₂3 ≈ 1.585 entropy bound.
 
@@ -46,8 +52,11 @@ FLAG_ELIAS = 0x02
 """Sparse formats: the index stream is Elias-omega coded gaps (see :mod:`.sparse`)."""
 TRITS_PER_BYTE = 5
 CHUNK = 5120
-"""Entries per chunk in the dithering kernels: a multiple of 5 and of 8, so every chunk starts on
-a byte boundary of the trit stream and of any fixed-width bit stream."""
+"""Entries per chunk in the dithering kernels: a multiple of 5 and of ``FIELD_BLOCK``, so every
+chunk starts on a byte boundary of the trit stream and on a block boundary of any field stream."""
+LANES = 32
+"""Lanes of the blocked field layout (:func:`pack_fields`): 32 uint32 words, two 512-bit vectors."""
+FIELD_BLOCK = 32 * LANES
 
 _HEADER_DTYPE = np.dtype([("fmt", "u1"), ("flags", "u1"), ("fp", "<u2"), ("d", "<u4")])
 
@@ -244,6 +253,64 @@ def unpack_fixed_width(src, offset, width, values):
 
 
 @njit(cache=True)
+def pack_fields(values, width, out, offset):
+    """Write ``values[i]`` (< 2**width, 1 ≤ width ≤ 32) into ``out[offset:]`` in the blocked
+    layout (module docstring): full blocks of ``FIELD_BLOCK`` fields vertically, 4·width·LANES
+    bytes each, then the tail LSB-first (:func:`pack_fixed_width`). Writes exactly
+    ``ceil(len(values)*width/8)`` bytes. The inner loops run over the LANES lanes with the same
+    shift, so they compile to vector shifts and ORs."""
+    n = values.shape[0]
+    nb = n // FIELD_BLOCK
+    wpl = width * LANES                       # words per block
+    for blk in range(nb):
+        v = values[blk * FIELD_BLOCK:(blk + 1) * FIELD_BLOCK]
+        words = out[offset + 4 * blk * wpl:offset + 4 * (blk + 1) * wpl].view(np.uint32)
+        words[:] = 0
+        for i in range(32):
+            bit = i * width
+            k = bit >> 5
+            sh = np.uint32(bit & 31)
+            vi = v[i * LANES:(i + 1) * LANES]
+            wk = words[k * LANES:(k + 1) * LANES]
+            for l in range(LANES):
+                wk[l] |= np.uint32(vi[l]) << sh
+            if (bit & 31) + width > 32:
+                back = np.uint32(32) - sh
+                wk1 = words[(k + 1) * LANES:(k + 2) * LANES]
+                for l in range(LANES):
+                    wk1[l] |= np.uint32(vi[l]) >> back
+    pack_fixed_width(values[nb * FIELD_BLOCK:], width, out, offset + 4 * nb * wpl)
+
+
+@njit(cache=True)
+def unpack_fields(src, offset, width, values):
+    """Inverse of :func:`pack_fields`: fill ``values`` from ``src[offset:]`` (reads exactly
+    ``ceil(len(values)*width/8)`` bytes)."""
+    n = values.shape[0]
+    nb = n // FIELD_BLOCK
+    wpl = width * LANES
+    mask = np.uint32((np.uint64(1) << np.uint64(width)) - np.uint64(1))
+    for blk in range(nb):
+        v = values[blk * FIELD_BLOCK:(blk + 1) * FIELD_BLOCK]
+        words = src[offset + 4 * blk * wpl:offset + 4 * (blk + 1) * wpl].view(np.uint32)
+        for i in range(32):
+            bit = i * width
+            k = bit >> 5
+            sh = np.uint32(bit & 31)
+            vi = v[i * LANES:(i + 1) * LANES]
+            wk = words[k * LANES:(k + 1) * LANES]
+            if (bit & 31) + width > 32:
+                back = np.uint32(32) - sh
+                wk1 = words[(k + 1) * LANES:(k + 2) * LANES]
+                for l in range(LANES):
+                    vi[l] = ((wk[l] >> sh) | (wk1[l] << back)) & mask
+            else:
+                for l in range(LANES):
+                    vi[l] = (wk[l] >> sh) & mask
+    unpack_fixed_width(src, offset + 4 * nb * wpl, width, values[nb * FIELD_BLOCK:])
+
+
+@njit(cache=True)
 def pack_trits(trits, out, offset):
     """Pack ``trits`` (values 0, 1, 2) 5 per byte into ``out[offset:]``; ceil(n/5) bytes."""
     n = trits.shape[0]
@@ -297,11 +364,10 @@ def count_bad_trit_bytes(src, offset, nbytes):
 
 @njit(cache=True)
 def count_fields_above(src, offset, n, width, limit):
-    """Number of the ``n`` packed ``width``-bit fields at ``src[offset:]`` whose value > ``limit``
-    (validates a stream before any output is written). Widths dividing 8 use a 256-entry table
-    of per-byte counts (one lookup per byte); other widths ≤ 8 read 8 fields (``width`` bytes)
-    per 64-bit word; wider fields go through :func:`unpack_fixed_width`. Loops run over slices
-    (no wrap-around checks: several times faster)."""
+    """Number of the ``n`` ``width``-bit fields of the :func:`pack_fields` stream at
+    ``src[offset:]`` whose value > ``limit`` (validates a stream before any output is written).
+    Widths dividing 8 use a 256-entry table of per-byte counts (one lookup per byte: fields never
+    straddle a byte in either layout); other widths are unpacked chunk by chunk."""
     bad = 0
     nbytes = (n * width + 7) // 8
     s = src[offset:offset + nbytes]
@@ -323,29 +389,11 @@ def count_fields_above(src, offset, n, width, limit):
             for t in range(n - nfull * per):
                 bad += np.int64(((last >> (t * width)) & m) > limit)
         return bad
-    if 0 < width <= 8 and limit >= 0:
-        m = np.uint64((1 << width) - 1)
-        lim = np.uint64(limit)
-        w = np.uint64(width)
-        ng = n // 8
-        for g in range(ng):
-            sb = s[g * width:g * width + width]
-            acc = np.uint64(0)
-            for b in range(width):
-                acc |= np.uint64(sb[b]) << np.uint64(8 * b)
-            for t in range(8):
-                bad += np.int64(((acc >> (w * np.uint64(t))) & m) > lim)
-        rest = n - ng * 8
-        if rest:
-            tail = np.empty(rest, dtype=np.uint32)
-            unpack_fixed_width(src, offset + ng * width, width, tail)
-            for q in range(rest):
-                bad += np.int64(np.int64(tail[q]) > limit)
-        return bad
     buf = np.empty(CHUNK, dtype=np.uint32)
+    lim = np.int64(limit)
     for c0 in range(0, n, CHUNK):
         b = buf[:min(CHUNK, n - c0)]
-        unpack_fixed_width(src, offset + (c0 * width) // 8, width, b)
+        unpack_fields(src, offset + (c0 * width) // 8, width, b)
         for q in range(b.shape[0]):
-            bad += np.int64(np.int64(b[q]) > limit)
+            bad += np.int64(np.int64(b[q]) > lim)
     return bad
