@@ -112,17 +112,20 @@ def expand_spec(spec: str, d: int) -> str:
     return _PCT.sub(sub, spec)
 
 
-def _timed(fn, repeat: int, warmup: int, budget: float, min_runs: int) -> np.ndarray:
+def _timed(fn, repeat: int, warmup: int, budget: float, min_runs: int, after=None) -> np.ndarray:
     """Run ``fn`` warm-up times untimed, then up to ``repeat`` timed runs (fewer once ``budget``
-    seconds have passed and ``min_runs`` are done); the seconds of each timed run."""
+    seconds have passed and ``min_runs`` are done); the seconds of each timed run. ``after`` is
+    called, untimed, with the result of each timed run."""
     for _ in range(warmup):
         fn()
     times = []
     start = time.perf_counter()
     for _ in range(max(1, repeat)):
         t0 = time.perf_counter()
-        fn()
+        r = fn()
         times.append(time.perf_counter() - t0)
+        if after is not None:
+            after(r)
         if len(times) >= min_runs and time.perf_counter() - start > budget:
             break
     return np.array(times)
@@ -161,19 +164,24 @@ def measure(c, x: np.ndarray, args, rng: np.random.Generator, copy_s: float, dra
     from .compressors import reference
     d = x.shape[0]
     nbytes = 4.0 * d
-    payloads = []
+    wire_bits: list[float] = []
+    model_bits: list[float] = []
+    last = []
 
-    def comp():
-        payloads.append(c.compress(x, rng))
+    def record(p):
+        # untimed; only the last payload is kept, so each compress allocates its payload the way
+        # a real iteration does (the previous one freed), not into fresh pages
+        wire_bits.append(8.0 * p.size)
+        model_bits.append(float(c.model_bits(p, d)))
+        last[:] = [p]
 
-    t_comp = _timed(comp, args.repeat, args.warmup, args.budget, 3)
-    payloads = payloads[-len(t_comp):]
-    p0 = payloads[-1]
+    t_comp = _timed(lambda: c.compress(x, rng), args.repeat, args.warmup, args.budget, 3, record)
+    p0 = last[0]
     out = np.zeros(d)
     t_add = _timed(lambda: c.decompress_add(p0, d, out, 1.0), args.repeat, args.warmup, args.budget, 3)
     t_dec = _timed(lambda: c.decompress(p0, d), args.repeat, args.warmup, args.budget, 3)
-    wire = np.array([8 * p.size for p in payloads], dtype=np.float64)
-    model = np.array([c.model_bits(p, d) for p in payloads], dtype=np.float64)
+    wire = np.array(wire_bits)
+    model = np.array(model_bits)
 
     row = {"d": d, "compress_s": float(np.median(t_comp)), "decompress_add_s": float(np.median(t_add)),
            "decompress_s": float(np.median(t_dec)), "compress_runs": len(t_comp),
