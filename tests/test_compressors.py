@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpcgc import compressors
-from hpcgc.compressors import wire
+from hpcgc.compressors import reference, wire
 from hpcgc.compressors.norms import block_norms_l2, block_norms_linf
 from hpcgc.compressors.prng import next_below, uniform_at
 from hpcgc.errors import ConfigError, PayloadError
@@ -856,7 +856,25 @@ def test_pack_unpack_fixed_width(vals, width, offset):
     back = np.empty(v.size, dtype=np.int64)
     wire.unpack_fixed_width(out, offset, width, back)
     np.testing.assert_array_equal(back, v)
-    assert wire.count_fields_above(out, offset, v.size, width, -1) == v.size
+
+
+@given(st.integers(0, 3 * wire.FIELD_BLOCK + 40), st.integers(1, 32), st.integers(0, 7),
+       st.integers(0, 2**32 - 1))
+@settings(max_examples=80, deadline=None)
+def test_pack_unpack_blocked_fields(n, width, offset, seed):
+    """The blocked layout of dense level streams: bytes equal the independent numpy
+    transcription (reference.pack_blocked), exact length, no write outside, round trip, max."""
+    v = np.random.default_rng(seed).integers(0, 2**width, n).astype(np.uint32)
+    nbytes = wire.packed_bytes(n, width)
+    out = np.full(offset + nbytes + 2, 0xAB, dtype=np.uint8)
+    wire.pack_fields(v, width, out, offset)
+    assert np.all(out[:offset] == 0xAB) and np.all(out[offset + nbytes:] == 0xAB)
+    np.testing.assert_array_equal(out[offset:offset + nbytes], reference.pack_blocked(v, width))
+    back = np.empty(n, dtype=np.uint32)
+    wire.unpack_fields(out, offset, width, back)
+    np.testing.assert_array_equal(back, v)
+    np.testing.assert_array_equal(reference.unpack_blocked(out[offset:offset + nbytes], n, width), v)
+    assert wire.fields_max(out, offset, n, width) == (int(v.max()) if n else 0)
 
 
 @given(st.lists(st.integers(0, 2), max_size=300))

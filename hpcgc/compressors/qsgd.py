@@ -70,17 +70,18 @@ def qsgd_dither_pack(x, bucket, scales, s, width, seed, out, offset):
 
 
 @njit(cache=True)
-def qsgd_values(fields, unit, out, weight, accumulate):
-    """out[q] (+)= weight·(±level·unit), (level, sign) from fields[q] (equal-length slices)."""
-    if accumulate:
-        u = weight * unit
-        for q in range(out.shape[0]):
-            f = np.int64(fields[q])
-            out[q] += (f >> 1) * (u - 2.0 * u * (f & 1))
-    else:
-        for q in range(out.shape[0]):
-            f = np.int64(fields[q])
-            out[q] = (f >> 1) * (unit - 2.0 * unit * (f & 1))
+def qsgd_values(fields, unit, out, accumulate):
+    """out[q] (+)= ±level·unit, (level, sign) from fields[q] (equal-length slices; ``unit``
+    includes the weight when accumulating). The signed level is formed in integers:
+    (level ^ −sign) + sign = ±level, then one conversion and one multiply per entry."""
+    for q in range(out.shape[0]):
+        f = np.int32(fields[q])
+        neg = f & np.int32(1)
+        v = np.float64(((f >> np.int32(1)) ^ -neg) + neg) * unit
+        if accumulate:
+            out[q] += v
+        else:
+            out[q] = v
 
 
 @njit(cache=True)
@@ -89,6 +90,7 @@ def qsgd_unpack_decode(src, offset, d, bucket, units, width, out, weight, accumu
 
     ``accumulate``: out += weight·value, else out = value (weight ignored).
     """
+    w = weight if accumulate else 1.0
     fields = np.empty(CHUNK, dtype=np.uint32)
     for c0 in range(0, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
@@ -97,7 +99,7 @@ def qsgd_unpack_decode(src, offset, d, bucket, units, width, out, weight, accumu
         while i < c1:
             l = i // bucket
             e = min((l + 1) * bucket, c1)
-            qsgd_values(fields[i - c0:e - c0], units[l], out[i:e], weight, accumulate)
+            qsgd_values(fields[i - c0:e - c0], units[l] * w, out[i:e], accumulate)
             i = e
 
 
@@ -147,8 +149,7 @@ class BucketDither(Compressor):
         if not np.isfinite(scales).all() or (scales < 0).any():
             raise PayloadError(f"{self.name}: corrupted payload: invalid bucket norm")
         offset = wire.HEADER_BYTES + m * self._scale_bytes
-        if not self._all_levels_valid and wire.count_fields_above(
-                payload, offset, d, self._width, 2 * self.s + 1):
+        if not self._all_levels_valid and wire.fields_max(payload, offset, d, self._width) > 2 * self.s + 1:
             raise PayloadError(f"{self.name}: corrupted payload: {level} above s={self.s}")
         return scales, offset
 

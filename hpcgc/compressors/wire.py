@@ -282,32 +282,59 @@ def pack_fields(values, width, out, offset):
     pack_fixed_width(values[nb * FIELD_BLOCK:], width, out, offset + 4 * nb * wpl)
 
 
+@njit(cache=True, inline="always")
+def unpack_row(words, i, width, row):
+    """row[l] = field i of lane l of one block of the blocked layout (``words``: the block's
+    width·LANES uint32 words; 0 ≤ i < 32): the LANES fields j = i·LANES + l, l < LANES, of the
+    block, i.e. LANES consecutive entries. The same shift for every lane: vector code."""
+    mask = np.uint32((np.uint64(1) << np.uint64(width)) - np.uint64(1))
+    bit = i * width
+    k = bit >> 5
+    sh = np.uint32(bit & 31)
+    wk = words[k * LANES:(k + 1) * LANES]
+    if (bit & 31) + width > 32:
+        back = np.uint32(32) - sh
+        wk1 = words[(k + 1) * LANES:(k + 2) * LANES]
+        for l in range(LANES):
+            row[l] = ((wk[l] >> sh) | (wk1[l] << back)) & mask
+    else:
+        for l in range(LANES):
+            row[l] = (wk[l] >> sh) & mask
+
+
+@njit(cache=True, inline="always")
+def block_words(src, offset, width, blk):
+    """The uint32 words of block ``blk`` of a :func:`pack_fields` stream at ``src[offset:]``."""
+    wpl = width * LANES
+    return src[offset + 4 * blk * wpl:offset + 4 * (blk + 1) * wpl].view(np.uint32)
+
+
 @njit(cache=True)
 def unpack_fields(src, offset, width, values):
     """Inverse of :func:`pack_fields`: fill ``values`` from ``src[offset:]`` (reads exactly
     ``ceil(len(values)*width/8)`` bytes)."""
     n = values.shape[0]
     nb = n // FIELD_BLOCK
-    wpl = width * LANES
-    mask = np.uint32((np.uint64(1) << np.uint64(width)) - np.uint64(1))
     for blk in range(nb):
-        v = values[blk * FIELD_BLOCK:(blk + 1) * FIELD_BLOCK]
-        words = src[offset + 4 * blk * wpl:offset + 4 * (blk + 1) * wpl].view(np.uint32)
+        words = block_words(src, offset, width, blk)
         for i in range(32):
-            bit = i * width
-            k = bit >> 5
-            sh = np.uint32(bit & 31)
-            vi = v[i * LANES:(i + 1) * LANES]
-            wk = words[k * LANES:(k + 1) * LANES]
-            if (bit & 31) + width > 32:
-                back = np.uint32(32) - sh
-                wk1 = words[(k + 1) * LANES:(k + 2) * LANES]
-                for l in range(LANES):
-                    vi[l] = ((wk[l] >> sh) | (wk1[l] << back)) & mask
-            else:
-                for l in range(LANES):
-                    vi[l] = (wk[l] >> sh) & mask
-    unpack_fixed_width(src, offset + 4 * nb * wpl, width, values[nb * FIELD_BLOCK:])
+            j0 = blk * FIELD_BLOCK + i * LANES
+            unpack_row(words, i, width, values[j0:j0 + LANES])
+    unpack_fixed_width(src, offset + 4 * nb * width * LANES, width, values[nb * FIELD_BLOCK:])
+
+
+@njit(cache=True)
+def fields_max(src, offset, n, width):
+    """Largest of the ``n`` fields of the :func:`pack_fields` stream at ``src[offset:]`` (the
+    decoders validate level fields with it before writing any output)."""
+    buf = np.empty(CHUNK, dtype=np.uint32)
+    m = np.uint32(0)
+    for c0 in range(0, n, CHUNK):
+        b = buf[:min(CHUNK, n - c0)]
+        unpack_fields(src, offset + (c0 * width) // 8, width, b)
+        for q in range(b.shape[0]):
+            m = max(m, b[q])
+    return np.int64(m)
 
 
 @njit(cache=True)
@@ -359,41 +386,4 @@ def count_bad_trit_bytes(src, offset, nbytes):
     for i in range(offset, offset + nbytes):
         if src[i] >= 243:
             bad += 1
-    return bad
-
-
-@njit(cache=True)
-def count_fields_above(src, offset, n, width, limit):
-    """Number of the ``n`` ``width``-bit fields of the :func:`pack_fields` stream at
-    ``src[offset:]`` whose value > ``limit`` (validates a stream before any output is written).
-    Widths dividing 8 use a 256-entry table of per-byte counts (one lookup per byte: fields never
-    straddle a byte in either layout); other widths are unpacked chunk by chunk."""
-    bad = 0
-    nbytes = (n * width + 7) // 8
-    s = src[offset:offset + nbytes]
-    if 0 < width <= 8 and 8 % width == 0:
-        per = 8 // width
-        m = (1 << width) - 1
-        lut = np.zeros(256, dtype=np.int64)
-        for v in range(256):
-            c = 0
-            for t in range(per):
-                c += np.int64(((v >> (t * width)) & m) > limit)
-            lut[v] = c
-        nfull = n // per
-        sf = s[:nfull]
-        for i in range(nfull):
-            bad += lut[sf[i]]
-        if nfull * per < n:
-            last = np.int64(s[nfull])
-            for t in range(n - nfull * per):
-                bad += np.int64(((last >> (t * width)) & m) > limit)
-        return bad
-    buf = np.empty(CHUNK, dtype=np.uint32)
-    lim = np.int64(limit)
-    for c0 in range(0, n, CHUNK):
-        b = buf[:min(CHUNK, n - c0)]
-        unpack_fields(src, offset + (c0 * width) // 8, width, b)
-        for q in range(b.shape[0]):
-            bad += np.int64(np.int64(b[q]) > lim)
     return bad
