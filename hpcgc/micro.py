@@ -57,6 +57,7 @@ COLUMNS = (
     ("copy_gbps", "copy GB/s", 9, ".3f"),
     ("comp_over_copy", "comp/copy", 9, ".3f"),
     ("dec_add_over_copy", "dec+=/copy", 10, ".3f"),
+    ("dec_add_over_acc", "dec+=/acc", 9, ".3f"),
     ("np_comp_gbps", "np comp GB/s", 12, ".4f"),
     ("np_dec_gbps", "np dec GB/s", 11, ".4f"),
     ("speedup_comp", "x np comp", 9, ".1f"),
@@ -159,7 +160,8 @@ def _fmt(v, width: int, fmt: str) -> str:
 
 # -- one measurement -----------------------------------------------------------------------------
 
-def measure(c, x: np.ndarray, args, rng: np.random.Generator, copy_s: float, draws: int) -> dict:
+def measure(c, x: np.ndarray, args, rng: np.random.Generator, copy_s: float, draws: int,
+            acc_s: float = math.nan) -> dict:
     """All numbers of one table row for compressor ``c`` on input ``x``."""
     from .compressors import reference
     d = x.shape[0]
@@ -186,7 +188,7 @@ def measure(c, x: np.ndarray, args, rng: np.random.Generator, copy_s: float, dra
     row = {"d": d, "compress_s": float(np.median(t_comp)), "decompress_add_s": float(np.median(t_add)),
            "decompress_s": float(np.median(t_dec)), "compress_runs": len(t_comp),
            "compress_min_s": float(t_comp.min()), "decompress_add_min_s": float(t_add.min()),
-           "decompress_min_s": float(t_dec.min()), "copy_s": copy_s,
+           "decompress_min_s": float(t_dec.min()), "copy_s": copy_s, "acc_s": acc_s,
            "wire_bits": float(wire.mean()), "model_bits": float(model.mean())}
     row["np_compress_s"] = row["np_decompress_s"] = math.nan
     if not args.no_numpy and reference.has_reference(c):
@@ -219,7 +221,7 @@ def measure(c, x: np.ndarray, args, rng: np.random.Generator, copy_s: float, dra
         "comp_gbps": nbytes / comp_s / 1e9, "comp_meps": d / comp_s / 1e6,
         "dec_add_gbps": nbytes / add_s / 1e9, "dec_gbps": nbytes / dec_s / 1e9,
         "copy_gbps": nbytes / copy_s / 1e9, "comp_over_copy": copy_s / comp_s,
-        "dec_add_over_copy": copy_s / add_s,
+        "dec_add_over_copy": copy_s / add_s, "dec_add_over_acc": acc_s / add_s,
         "np_comp_gbps": nbytes / row["np_compress_s"] / 1e9, "np_dec_gbps": nbytes / row["np_decompress_s"] / 1e9,
         "speedup_comp": row["np_compress_s"] / comp_s, "speedup_dec": row["np_decompress_s"] / dec_s,
         "model_bpe": row["model_bits"] / d, "wire_bpe": row["wire_bits"] / d,
@@ -239,9 +241,10 @@ def table_row(row: dict) -> str:
 # -- HDF5 ----------------------------------------------------------------------------------------
 
 ROW_FIELDS = ("d", "compress_s", "compress_min_s", "decompress_add_s", "decompress_add_min_s", "decompress_s",
-              "decompress_min_s", "compress_runs", "copy_s", "np_compress_s", "np_decompress_s", "wire_bits",
+              "decompress_min_s", "compress_runs", "copy_s", "acc_s", "np_compress_s", "np_decompress_s", "wire_bits",
               "model_bits", "param_measured", "param_theory", "draws", "comp_gbps", "comp_meps",
-              "dec_add_gbps", "dec_gbps", "copy_gbps", "comp_over_copy", "dec_add_over_copy", "np_comp_gbps",
+              "dec_add_gbps", "dec_gbps", "copy_gbps", "comp_over_copy", "dec_add_over_copy", "dec_add_over_acc",
+              "np_comp_gbps",
               "np_dec_gbps", "speedup_comp", "speedup_dec", "model_bpe", "wire_bpe", "wire_over_model")
 
 
@@ -257,6 +260,13 @@ def write_h5(path: Path, attrs: dict, copy_rows: list, results: list) -> Path:
         g["d"] = np.array([r["d"] for r in copy_rows], dtype=np.int64)
         g["seconds"] = np.array([r["copy_s"] for r in copy_rows])
         g["seconds_min"] = np.array([r["copy_min_s"] for r in copy_rows])
+        g["gbps"] = 4.0 * g["d"][()] / g["seconds"][()] / 1e9
+        g = f.create_group("accumulate")
+        g.attrs["what"] = ("out += x, float32 x into a float64 out (the fused decode's memory traffic "
+                           "with no decoding); bytes of x per second")
+        g["d"] = np.array([r["d"] for r in copy_rows], dtype=np.int64)
+        g["seconds"] = np.array([r["acc_s"] for r in copy_rows])
+        g["seconds_min"] = np.array([r["acc_min_s"] for r in copy_rows])
         g["gbps"] = 4.0 * g["d"][()] / g["seconds"][()] / 1e9
         cg = f.create_group("compressors")
         for i, (spec, rows, meta) in enumerate(results):
@@ -295,6 +305,7 @@ def main(argv) -> int:
 
     from . import compressors
     from .compressors import reference
+    from .compressors.identity import scaled_add
     from .provenance import _git
 
     specs = list(args.compressors or DEFAULT_SPECS)
@@ -328,6 +339,8 @@ def main(argv) -> int:
           "same array (roofline)")
     print("# dec+= = decompress_add into a float64 accumulator (server's fused decode); dec = decompress "
           "into a new array; np = numpy reference (x np = hpcgc speed-up)")
+    print("# acc = out += x (float32 x, float64 out): the fused decode's memory traffic (16 B of out + the "
+          "payload per entry, vs 8 B for copy) with no decoding, its roofline")
     print("# model/wire b/e = bits per entry (paper formula / bytes sent incl. header); meas/theory = "
           "omega (unbiased) or delta (biased) measured on x vs omega(d)/delta(d)")
     sys.stdout.flush()
@@ -340,8 +353,13 @@ def main(argv) -> int:
         dst = np.empty_like(x)
         t = _timed(lambda dst=dst, x=x: np.copyto(dst, x), max(args.repeat, 5), max(args.warmup, 1),
                    args.budget, 5)
-        copy_rows.append({"d": d, "copy_s": float(np.median(t)), "copy_min_s": float(t.min())})
+        acc = np.zeros(d)
+        ta = _timed(lambda acc=acc, x=x: scaled_add(x, 1.0, acc), max(args.repeat, 5), max(args.warmup, 1),
+                    args.budget, 5)
+        copy_rows.append({"d": d, "copy_s": float(np.median(t)), "copy_min_s": float(t.min()),
+                          "acc_s": float(np.median(ta)), "acc_min_s": float(ta.min())})
     copy_s = {r["d"]: r["copy_s"] for r in copy_rows}
+    acc_s = {r["d"]: r["acc_s"] for r in copy_rows}
 
     results = []
     t_start = time.perf_counter()
@@ -357,7 +375,7 @@ def main(argv) -> int:
         for d in sizes:
             c = compressors.make(expand_spec(spec, d))
             draws = int(min(args.draws, max(1, 2**20 // d)))
-            row = measure(c, xs[d], args, crng, copy_s[d], draws)
+            row = measure(c, xs[d], args, crng, copy_s[d], draws, acc_s[d])
             row["spec"] = c.spec
             rows.append(row)
             print(table_row(row))

@@ -52,6 +52,8 @@ def test_micro_quick(tmp_path):
         assert f.attrs["numba_num_threads"] == 1
         np.testing.assert_array_equal(f["copy/d"][()], [1024, 2048, 4096])
         assert np.all(f["copy/gbps"][()] > 0)
+        np.testing.assert_array_equal(f["accumulate/d"][()], [1024, 2048, 4096])
+        assert np.all(f["accumulate/gbps"][()] > 0)
         groups = sorted(f["compressors"])
         assert [f["compressors"][g].attrs["spec"] for g in groups] == specs
         for g in groups:
@@ -59,6 +61,7 @@ def test_micro_quick(tmp_path):
             assert np.all(h["compress_s"][()] > 0) and np.all(h["decompress_add_s"][()] > 0)
             assert np.all(h["wire_bits"][()] >= h["model_bits"][()])
             assert np.all(h["wire_over_model"][()] < 1.3)
+            np.testing.assert_allclose(h["dec_add_over_acc"][()], h["acc_s"][()] / h["decompress_add_s"][()])
         topk = f["compressors"][groups[0]]
         assert list(topk.attrs["specs_per_d"]) == ["topk:k=11", "topk:k=21", "topk:k=41"]
         assert np.all(np.isfinite(topk["speedup_comp"][()]))
