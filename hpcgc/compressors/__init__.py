@@ -94,7 +94,8 @@ def make(spec: str | Compressor, **params: Any) -> Compressor:
     return cls(**from_string, **params)
 
 
-_WARM_UP_SPECS = ("identity", "identity:fp64=true", "qsgd", "qsgd:bucket=16,p=inf", "qsgd:fp64=true", "quant",
+_WARM_UP_SPECS = ("identity", "identity:fp64=true", "qsgd", "qsgd:bucket=16,p=inf", "qsgd:fp64=true",
+                  "qsgd:code=elias", "qsgd:bucket=16,fp64=true,code=elias", "quant",
                   "quant:p=inf,block=16", "terngrad", "randk:k=3", "randk:k=30", "randk:k=3,shared_seed=true",
                   "topk:k=3", "topk:k=30,fp64=true", "threshold:lam=0.5", "sign", "scaled-sign", "bernoulli:p=1",
                   "natural", "natural:fp64=true", "natural-dither", "natural-dither:p=inf,bucket=16",

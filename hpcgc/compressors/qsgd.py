@@ -19,8 +19,9 @@ min(b/(4s²), (1 + √b)/(2s)) also holds and is noted in ``docs/compressors.md`
 
 Wire format (after the 8-byte header): m bucket norms (float32, or float64 with ``fp64=true``),
 then d fields of 1 + ⌈log₂(s+1)⌉ bits (the blocked layout of ``wire.pack_fields``),
-field = (level << 1) | sign (sign = 1 for negative, only when level > 0). Model bits: F·m + d·(1 + ⌈log₂(s+1)⌉) (the paper's "naive"
-encoding; its Elias-coded bound is not what is sent).
+field = (level << 1) | sign (sign = 1 for negative, only when level > 0). Model bits:
+F·m + d·(1 + ⌈log₂(s+1)⌉) (the paper's "naive" encoding). ``code=elias`` sends the same levels Elias-coded (QSGD Thm 3.2,
+:mod:`.qsgd_elias`).
 """
 from __future__ import annotations
 
@@ -49,6 +50,23 @@ def qsgd_dither(x, u, scale32, s, fields):
 
 
 @njit(cache=True)
+def qsgd_dither_chunk(x, c0, c1, bucket, scales, s, seed, fields, u):
+    """fields[q] = level << 1 | sign of entry c0 + q of x, c0 ≤ c0 + q < c1 (one chunk): the
+    buckets that intersect the chunk, each with its own uniforms (:func:`.prng.uniforms32` from
+    its first index). Both level codes (fixed and Elias) dither through here, so they decode to
+    the same vector. ``u`` is scratch of ≥ c1 − c0 entries."""
+    i = c0
+    while i < c1:
+        l = i // bucket
+        e = min((l + 1) * bucket, c1)
+        sc = scales[l]
+        uq = u[i - c0:e - c0]
+        uniforms32(seed, i, uq)
+        qsgd_dither(x[i:e], uq, TWO32 * s / sc if sc > 0.0 else 0.0, s, fields[i - c0:e - c0])
+        i = e
+
+
+@njit(cache=True)
 def qsgd_dither_pack(x, bucket, scales, s, width, seed, out, offset):
     """QSGD dithering of x with per-bucket scales; fields packed at ``width`` bits each into
     ``out[offset:]`` (:func:`.wire.pack_fields`)."""
@@ -57,27 +75,20 @@ def qsgd_dither_pack(x, bucket, scales, s, width, seed, out, offset):
     u = np.empty(CHUNK, dtype=np.uint32)
     for c0 in range(0, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
-        i = c0
-        while i < c1:                       # the buckets that intersect this chunk
-            l = i // bucket
-            e = min((l + 1) * bucket, c1)
-            sc = scales[l]
-            uq = u[i - c0:e - c0]
-            uniforms32(seed, i, uq)
-            qsgd_dither(x[i:e], uq, TWO32 * s / sc if sc > 0.0 else 0.0, s, fields[i - c0:e - c0])
-            i = e
+        qsgd_dither_chunk(x, c0, c1, bucket, scales, s, seed, fields, u)
         pack_fields(fields[:c1 - c0], width, out, offset + (c0 * width) // 8)
 
 
 @njit(cache=True)
 def qsgd_values(fields, unit, out, accumulate):
     """out[q] (+)= ±level·unit, (level, sign) from fields[q] (equal-length slices; ``unit``
-    includes the weight when accumulating). The signed level is formed in integers:
+    includes the weight when accumulating). The signed level is formed in integers (int64: s may
+    be up to 2^31 − 1):
     (level ^ −sign) + sign = ±level, then one conversion and one multiply per entry."""
     for q in range(out.shape[0]):
-        f = np.int32(fields[q])
-        neg = f & np.int32(1)
-        v = np.float64(((f >> np.int32(1)) ^ -neg) + neg) * unit
+        f = np.int64(fields[q])
+        neg = f & 1
+        v = np.float64(((f >> 1) ^ -neg) + neg) * unit
         if accumulate:
             out[q] += v
         else:

@@ -49,7 +49,8 @@ HEADER_BYTES = 8
 MAX_D = 2**32 - 1          # d is stored as uint32
 FLAG_FP64 = 0x01
 FLAG_ELIAS = 0x02
-"""Sparse formats: the index stream is Elias-omega coded gaps (see :mod:`.sparse`)."""
+"""Sparse formats: the index stream is Elias-omega coded gaps (:mod:`.sparse`); ``qsgd`` with
+``code=elias``: the levels are an Elias-omega stream (:mod:`.qsgd_elias`)."""
 TRITS_PER_BYTE = 5
 CHUNK = 5120
 """Entries per chunk in the dithering kernels: a multiple of 5 and of ``FIELD_BLOCK``, so every
