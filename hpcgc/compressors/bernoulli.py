@@ -13,13 +13,32 @@ NaN/±Inf in x is rejected whether or not the coin says send.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from ..errors import PayloadError
 from . import wire
 from .base import FP64_PARAM, Compressor, Param
-from .identity import cast_copy, scaled_add
+from .identity import scaled_add
 from .norms import nonfinite_flag
 from .prng import uniform_at
+from .sparse import FINITE_CHUNK, chunk_nonfinite, float_bits
+
+
+@njit(cache=True)
+def copy_finite(x, out, okeys, mask, inf_bits):
+    """out[i] = x[i] (cast to out's dtype) and True if every out[i] is finite, in one pass: per
+    chunk of FINITE_CHUNK entries, the copy then a vectorised integer max over the copied bits
+    (``okeys, mask, inf_bits`` = :func:`~.sparse.float_bits` (out)). A NaN/±Inf in x, or a float32
+    overflow of the cast, gives False."""
+    n = x.shape[0]
+    for c0 in range(0, n, FINITE_CHUNK):
+        xb = x[c0:c0 + FINITE_CHUNK]
+        ob = out[c0:c0 + FINITE_CHUNK]
+        for i in range(xb.shape[0]):
+            ob[i] = xb[i]
+        if chunk_nonfinite(okeys, c0, mask, inf_bits):
+            return False
+    return True
 
 
 class Bernoulli(Compressor):
@@ -64,14 +83,13 @@ class Bernoulli(Compressor):
 
     def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
         d = x.shape[0]
-        if nonfinite_flag(x) != 0.0:
-            raise self._nonfinite_error(x)
         if not uniform_at(seed, 0) < self.p:
+            if nonfinite_flag(x) != 0.0:           # rejected even when nothing is sent
+                raise self._nonfinite_error(x)
             return self._new_payload(0, d)
         payload = self._new_payload(d * self._scale_bytes, d)
         values = payload[wire.HEADER_BYTES:].view(self._dtype())
-        cast_copy(x, values)
-        if nonfinite_flag(values) != 0.0:
+        if not copy_finite(x, values, *float_bits(values)):   # one pass: copy + check
             raise self._nonfinite_error(x, "value range (float32)")
         return payload
 

@@ -25,6 +25,16 @@ import numpy as np
 from numba import njit
 
 from .prng import uniform_at
+from .sparse import (
+    _EO_PREFIX,
+    _EO_PREFIX_LEN,
+    _EO_TABLE,
+    _LOW56,
+    EO_TABLE_BITS,
+    bit_length,
+    elias_omega_length,
+    reverse_bits,
+)
 
 ERR_OVERRUN = -1      # stream ended inside a code
 ERR_RANGE = -2        # index outside its block / beyond d
@@ -35,45 +45,41 @@ MAX_CODE = np.int64(1) << 62
 
 @njit(cache=True)
 def eo_length(k):
-    """|EO(k)| for k ≥ 1."""
-    n = 1
-    while k > 1:
-        b = 0
-        t = k
-        while t > 0:
-            b += 1
-            t >>= 1
-        n += b
-        k = b - 1
-    return n
+    """|EO(k)| for k ≥ 1 (1 for k ≤ 1): two table lookups (:func:`~.sparse.elias_omega_length`)."""
+    return elias_omega_length(k)
+
+
+@njit(cache=True)
+def put_bits(out, pos, v, n):
+    """OR the n low bits of v (uint64, higher bits zero, n ≤ 64) into the stream ``out`` from bit
+    ``pos`` (LSB-first); returns pos + n. Touches only the bytes holding those bits."""
+    v = np.uint64(v)
+    while n > 0:
+        s = pos & 7
+        out[pos >> 3] |= np.uint8((v << np.uint64(s)) & np.uint64(0xFF))
+        step = min(8 - s, n)
+        v >>= np.uint64(8 - s)
+        pos += step
+        n -= step
+    return pos
 
 
 @njit(cache=True)
 def eo_write(out, pos, k):
-    """Write EO(k) (k ≥ 1) into the zeroed stream ``out`` at bit ``pos``; return the new position."""
-    groups = np.empty(8, dtype=np.int64)      # k, ⌊log₂k⌋, … down to > 1: at most 6 for k < 2^64
-    ng = 0
-    while k > 1:
-        groups[ng] = k
-        ng += 1
-        b = 0
-        t = k
-        while t > 0:
-            b += 1
-            t >>= 1
-        k = b - 1
-    for g in range(ng - 1, -1, -1):
-        v = groups[g]
-        b = 0
-        t = v
-        while t > 0:
-            b += 1
-            t >>= 1
-        for q in range(b - 1, -1, -1):
-            if (v >> q) & 1:
-                out[pos >> 3] |= np.uint8(1 << (pos & 7))
-            pos += 1
-    return pos + 1                            # the terminating "0" (stream is zeroed)
+    """Write EO(k) (k ≥ 1) into the zeroed stream ``out`` at bit ``pos``; return the new position.
+
+    A code is R(⌊log₂k⌋)·binary(k)·"0": codes of k < 2^EO_TABLE_BITS come whole from a table,
+    others as the table prefix R(b − 1) then binary(k) bit-reversed (b = bit_length(k)); the bits
+    go in byte-wise."""
+    if k <= 1:
+        return pos + 1                        # "0" (the stream is zeroed)
+    if k < (1 << EO_TABLE_BITS):
+        e = _EO_TABLE[k]
+        return put_bits(out, pos, e & _LOW56, np.int64(e >> np.uint64(56)))
+    b = bit_length(k)
+    pos = put_bits(out, pos, _EO_PREFIX[b], _EO_PREFIX_LEN[b])
+    pos = put_bits(out, pos, reverse_bits(k, b), b)
+    return pos + 1                            # the terminating "0"
 
 
 @njit(cache=True)

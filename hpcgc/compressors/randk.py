@@ -5,8 +5,12 @@ E‖C(x) − x‖² = (d/k − 1)‖x‖² for every x, so ω = d/k − 1 exactl
 used as the unbiased sparsifier in DIANA and its successors, e.g. Mishchenko et al. 2019,
 arXiv 1901.09269).
 
-Sampling: Floyd's algorithm (k random integers, a d-byte membership mask), then the indices in
-increasing order. Wire format (after the 8-byte header): k values x_j *unscaled* (float32, or
+Sampling: Floyd's algorithm (exactly k uniform integers; every k-subset equally likely) on a
+d-bit bitset, whose set bits, read off in order, are the indices (a hash set and a sort when
+k ≪ d/64). Compression is one pass over x (:func:`gather_bitset`): per chunk, a vectorised
+NaN/±Inf check, then the chunk's set bits give the indices and the values (just loaded).
+
+Wire format (after the 8-byte header): k values x_j *unscaled* (float32, or
 float64 with ``fp64=true``), then the k increasing indices, fixed ⌈log₂d⌉ bits each or
 Elias-omega gaps, whichever is smaller (header flag bit 1; :mod:`.sparse`). The d/k scale is
 applied in float64 at decode, so the wire carries exactly the coordinates of x.
@@ -25,9 +29,19 @@ from numba import njit
 
 from . import wire
 from .base import FP64_PARAM, Param
-from .norms import nonfinite_flag
 from .prng import mix64, next_below
-from .sparse import FixedKSparse, gather_checked, scatter_scaled
+from .sparse import (
+    FINITE_CHUNK,
+    FixedKSparse,
+    cast_finite,
+    chunk_nonfinite,
+    ctz64,
+    float_bits,
+    gather_finite,
+    popcount64,
+    scatter_scaled,
+    scratch,
+)
 
 _SHARED_SALT = np.uint64(0x5EED5EED5EED5EED)
 
@@ -38,33 +52,227 @@ def shared_sampling_seed(seed32):
     return mix64(seed32 ^ _SHARED_SALT)
 
 
+FLOYD_BATCH = 64
+"""Draws per batch in :func:`floyd_bitset` (the draws first, then their insertions)."""
+
+
+@njit(cache=True)
+def floyd_bitset(d, seed, k):
+    """:func:`floyd_fill` into a new bitset of ⌈d/64⌉ words."""
+    words = np.empty((d + 63) >> 6, dtype=np.uint64)
+    floyd_fill(d, seed, k, words)
+    return words
+
+
+@njit(cache=True)
+def floyd_fill(d, seed, k, words):
+    """Floyd's algorithm on a d-bit bitset: a uniformly random k-subset of range(d) as the set bits
+    of the ⌈d/64⌉ uint64 ``words`` (cleared first; bit j of word j // 64 = j in the subset).
+
+    For j = d − k, …, d − 1: t uniform on [0, j] (exact, :func:`~.prng.next_below`); insert t,
+    or j if t is already in. Every k-subset is equally likely (Floyd; Bentley & Floyd, CACM 30(9),
+    1987). The bitset is d/8 bytes (2 MB for d = 2^24: cache-resident, unlike a d-byte mask). The
+    draws do not depend on the set, so they are made FLOYD_BATCH at a time, then inserted in order
+    (the insertion loop's independent loads then overlap their cache misses).
+    """
+    state = np.uint64(seed)
+    words[:] = 0
+    one = np.uint64(1)
+    m63 = np.int64(63)
+    draws = np.empty(FLOYD_BATCH, dtype=np.int64)
+    j0 = d - k
+    while j0 < d:
+        nb = min(FLOYD_BATCH, d - j0)
+        for q in range(nb):
+            state, t = next_below(state, j0 + q + 1)     # uniform in [0, j0 + q]
+            draws[q] = t
+        for q in range(nb):
+            t = draws[q]
+            bit = one << np.uint64(t & m63)
+            w = np.uint64(t >> 6)
+            if words[w] & bit:                           # t already in: insert j (never in)
+                j = j0 + q
+                bit = one << np.uint64(j & m63)
+                w = np.uint64(j >> 6)
+            words[w] |= bit
+        j0 += nb
+
+
+@njit(cache=True)
+def bitset_to_sorted(words, idx):
+    """The set bits of ``words`` in increasing order into ``idx`` (len(idx) = number of set bits).
+
+    Branch-light: while 4 slots remain, every word writes its 4 lowest bit positions
+    unconditionally (slots past its popcount are overwritten by the next words) and only words with
+    more than 4 bits loop. Unsigned indices: no wrap-around fix-ups."""
+    k = idx.shape[0]
+    n = np.uint64(0)
+    one = np.uint64(1)
+    nw = words.shape[0]
+    w = 0
+    while w < nw and n + np.uint64(4) <= np.uint64(k):
+        v = words[w]
+        base = np.int64(w) << 6
+        c = np.uint64(popcount64(v))
+        for q in range(4):
+            idx[n + np.uint64(q)] = base + ctz64(v)
+            v &= v - one
+        q = n + np.uint64(4)
+        while v:
+            idx[q] = base + ctz64(v)
+            v &= v - one
+            q += one
+        n += c
+        w += 1
+    while w < nw:
+        v = words[w]
+        base = np.int64(w) << 6
+        while v:
+            idx[n] = base + ctz64(v)
+            v &= v - one
+            n += one
+        w += 1
+
+
+@njit(cache=True)
+def gather_bitset(x, keys, mask, inf_bits, words, idx, values):
+    """One pass over x: the set bits of ``words`` (:func:`floyd_bitset`) in increasing order into
+    ``idx``, values[i] = x[idx[i]] (``values`` of x's dtype), and the check that every x_j is
+    finite (``keys, mask, inf_bits`` = :func:`~.sparse.float_bits` (x)). Returns False if x holds
+    NaN/±Inf.
+
+    Per chunk of FINITE_CHUNK entries: the vectorised finiteness check, then the chunk's bitset
+    words, each writing its 2 lowest set bits unconditionally (the next word overwrites slots
+    past its popcount) and looping only over further ones; the gathered entries are in L1.
+    """
+    n = x.shape[0]
+    k = idx.shape[0]
+    nw = words.shape[0]
+    p = np.uint64(0)
+    one = np.uint64(1)
+    uk = np.uint64(k)
+    for c0 in range(0, n, FINITE_CHUNK):
+        if chunk_nonfinite(keys, c0, mask, inf_bits):
+            return False
+        w0 = c0 >> 6
+        for w in range(w0, min(w0 + FINITE_CHUNK // 64, nw)):
+            v = words[np.uint64(w)]
+            base = np.uint64(w) << np.uint64(6)
+            if p + np.uint64(2) <= uk and w < nw - 1:   # 2 free slots; base + 63 < n
+                c = np.uint64(popcount64(v))
+                for q in range(2):
+                    j = base + np.uint64(ctz64(v) & 63)
+                    idx[p + np.uint64(q)] = np.int64(j)
+                    values[p + np.uint64(q)] = x[j]
+                    v &= v - one
+                q = p + np.uint64(2)
+                while v:
+                    j = base + np.uint64(ctz64(v))
+                    idx[q] = np.int64(j)
+                    values[q] = x[j]
+                    v &= v - one
+                    q += one
+                p += c
+            else:
+                while v:
+                    j = base + np.uint64(ctz64(v))
+                    idx[p] = np.int64(j)
+                    values[p] = x[j]
+                    v &= v - one
+                    p += one
+    return True
+
+
+@njit(cache=True)
+def floyd_hashed_sorted(d, seed, idx):
+    """Floyd's algorithm (same draws and subset as :func:`floyd_bitset`) with an open-addressing
+    hash set of ≥ 2k slots, then a sort: for k ≪ d/64, where a d-bit bitset would cost more to
+    clear and scan than k log k."""
+    k = idx.shape[0]
+    state = np.uint64(seed)
+    lg = 1
+    while (1 << lg) < 2 * k:
+        lg += 1
+    table = np.zeros(1 << lg, dtype=np.int64)        # t + 1; 0 = empty
+    tmask = (1 << lg) - 1
+    sh = np.uint64(64 - lg)
+    for n, j in enumerate(range(d - k, d)):
+        state, t = next_below(state, j + 1)
+        h = np.int64((np.uint64(t) * np.uint64(0x9E3779B97F4A7C15)) >> sh)
+        while table[h] != 0 and table[h] != t + 1:
+            h = (h + 1) & tmask
+        if table[h] != 0:                             # t already drawn: insert j (never present)
+            t = j
+            h = np.int64((np.uint64(t) * np.uint64(0x9E3779B97F4A7C15)) >> sh)
+            while table[h] != 0:
+                h = (h + 1) & tmask
+        table[h] = t + 1
+        idx[n] = t
+    idx.sort()
+
+
+@njit(cache=True)
+def use_bitset(d, k):
+    """Read the subset off a d-bit bitset (~d/64 words to clear and scan) unless k log k is much
+    cheaper (k ≲ d/4000: hash set and sort)."""
+    logk = 1
+    while (1 << logk) < k:
+        logk += 1
+    return d <= 64 * k * logk
+
+
 @njit(cache=True)
 def sample_k_of_d_sorted(d, seed, idx):
     """Uniformly random k-subset of range(d), k = len(idx), written to ``idx`` in increasing order.
 
-    Floyd's algorithm: exactly k random draws and a d-byte membership mask; then the subset is
-    sorted (~k log k) or, when that is dearer, read off the mask in order (~d).
+    Floyd's algorithm (exactly k draws, :func:`floyd_bitset`); the subset depends only on
+    (d, k, seed). Its set bits are read off in order (:func:`bitset_to_sorted`) or, when k is tiny
+    next to d, it goes through a hash set and a sort instead (:func:`floyd_hashed_sorted`).
     """
-    state = np.uint64(seed)
     k = idx.shape[0]
-    mask = np.zeros(d, dtype=np.uint8)
-    for n, j in enumerate(range(d - k, d)):
-        state, t = next_below(state, j + 1)      # uniform in [0, j]
-        if mask[t]:
-            t = j
-        mask[t] = 1
-        idx[n] = t
-    logk = 1
-    while (1 << logk) < k:
-        logk += 1
-    if d <= 16 * k * logk:
-        n = 0
-        for i in range(d):
-            if mask[i]:
-                idx[n] = i
-                n += 1
+    if k == 0:
+        return
+    if use_bitset(d, k):
+        bitset_to_sorted(floyd_bitset(d, seed, k), idx)
     else:
-        idx.sort()
+        floyd_hashed_sorted(d, seed, idx)
+
+
+def sample_sorted(d: int, seed, k: int) -> np.ndarray:
+    """:func:`sample_k_of_d_sorted` with reused work arrays (:func:`~.sparse.scratch`): the
+    indices are valid until the next call in this thread."""
+    idx = scratch("randk-idx", k, np.int64)
+    if use_bitset(d, k):
+        words = scratch("randk-bitset", (d + 63) >> 6, np.uint64)
+        floyd_fill(d, np.uint64(seed), k, words)
+        bitset_to_sorted(words, idx)
+    else:
+        floyd_hashed_sorted(d, np.uint64(seed), idx)
+    return idx
+
+
+def sample_and_gather(x: np.ndarray, seed, k: int, reuse: bool = False
+                      ) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(idx, values, finite): the subset of :func:`sample_k_of_d_sorted` (d = len(x), 1 ≤ k ≤ d),
+    x at those indices (x's dtype) and whether every x_j is finite, in one pass over x. With
+    ``reuse``, idx and values are work arrays (:func:`~.sparse.scratch`), valid until the next
+    call in this thread."""
+    d = x.shape[0]
+    keys, mask, inf_bits = float_bits(x)
+    if reuse:
+        idx = scratch("randk-idx", k, np.int64)
+        values = scratch("randk-values", k, x.dtype)
+    else:
+        idx = np.empty(k, dtype=np.int64)
+        values = np.empty(k, dtype=x.dtype)
+    if use_bitset(d, k):
+        words = scratch("randk-bitset", (d + 63) >> 6, np.uint64)
+        floyd_fill(d, np.uint64(seed), k, words)
+        ok = gather_bitset(x, keys, mask, inf_bits, words, idx, values)
+    else:
+        floyd_hashed_sorted(d, np.uint64(seed), idx)
+        ok = gather_finite(x, keys, mask, inf_bits, idx, values)
+    return idx, values, bool(ok)
 
 
 class RandK(FixedKSparse):
@@ -103,8 +311,7 @@ class RandK(FixedKSparse):
         self._check_payload(payload, d, self._shared_body())
         seed32 = int.from_bytes(payload[wire.HEADER_BYTES:wire.HEADER_BYTES + 4].tobytes(), "little")
         values = self._read_values(payload, wire.HEADER_BYTES + 4, self.k)
-        idx = np.empty(self.k, dtype=np.int64)
-        sample_k_of_d_sorted(d, np.uint64(shared_sampling_seed(np.uint64(seed32))), idx)
+        idx = sample_sorted(d, shared_sampling_seed(np.uint64(seed32)), self.k)
         return values, idx
 
     def model_bits(self, payload, d: int) -> int:
@@ -115,20 +322,18 @@ class RandK(FixedKSparse):
 
     def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
         d = x.shape[0]
-        if nonfinite_flag(x) != 0.0:
+        seed32 = np.uint64(seed) & np.uint64(0xFFFFFFFF)
+        idx, vals, finite = sample_and_gather(x, shared_sampling_seed(seed32) if self.shared_seed else seed,
+                                              self.k, reuse=True)
+        if not finite:
             raise self._nonfinite_error(x)
-        idx = np.empty(self.k, dtype=np.int64)
         if self.shared_seed:
-            seed32 = np.uint64(seed) & np.uint64(0xFFFFFFFF)
-            sample_k_of_d_sorted(d, np.uint64(shared_sampling_seed(seed32)), idx)
             payload = self._new_payload(self._shared_body(), d)
             payload[wire.HEADER_BYTES:wire.HEADER_BYTES + 4].view("<u4")[0] = seed32
             voff, vbytes = wire.HEADER_BYTES + 4, self.k * self._scale_bytes
         else:
-            sample_k_of_d_sorted(d, seed, idx)
             payload, voff, vbytes = self._new_sparse_payload(idx, d)
-        values = payload[voff:voff + vbytes].view(self._dtype())
-        if gather_checked(x, idx, values) != 0.0:
+        if not cast_finite(vals, payload[voff:voff + vbytes].view(self._dtype())):
             raise self._nonfinite_error(x, "value range (float32)")
         return payload
 

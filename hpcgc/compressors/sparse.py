@@ -18,13 +18,24 @@ end, codes a gap that leaves [0, d), has a group longer than 32 bits, leaves who
 non-zero padding bits is rejected (PayloadError); the decoder never reads outside the payload.
 Model bits of a sparse message count the encoding actually used: nnz·F + min(nnz·w, Σ|ω(g_i)|)
 (the papers' k·(F + ⌈log₂d⌉) when the fixed encoding is smaller).
+
+The encoder writes the Elias stream once, 64 bits at a time (codes of gaps < 4096 from a table,
+longer ones from a table of prefixes and a bit reversal), and gives up as soon as it cannot beat
+the fixed width. The compress kernels shared by the sparse compressors read x once: a vectorised
+integer test of the IEEE-754 bit patterns (:func:`float_bits`) both rejects NaN/±Inf and, for
+threshold and top-k, builds 64-entry hit masks whose set bits are the kept indices
+(:func:`select_at_least`); rand-k gathers its sampled entries from the chunk just checked
+(:func:`gather_finite`, ``randk.gather_bitset``).
 """
 from __future__ import annotations
 
+import threading
 from typing import ClassVar
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from ..errors import ConfigError, PayloadError
 from . import wire
@@ -45,66 +56,201 @@ _MESSAGES = {
 }
 
 
+# -- reusable work arrays -------------------------------------------------------------------------
+
+SCRATCH_MAX_BYTES = 64 << 20
+"""Largest work array :func:`scratch` keeps between calls (larger ones are allocated per call)."""
+_SCRATCH = threading.local()
+
+
+def scratch(key: str, n: int, dtype) -> np.ndarray:
+    """An uninitialised work array of n entries that this thread reuses from call to call.
+
+    The compress paths keep their temporaries (Floyd bitset, index and value buffers, Elias words)
+    here: fresh memory costs one page fault per 4 KB page on first touch (~2 µs in a VM, ~1 ms
+    for the 2 MB bitset of d = 2^24), often more than the kernel itself. Only for temporaries that
+    do not outlive the call, one ``key`` per live array; thread-local, so concurrent calls from
+    several threads do not share buffers.
+    """
+    dtype = np.dtype(dtype)
+    if n * dtype.itemsize > SCRATCH_MAX_BYTES:
+        return np.empty(n, dtype=dtype)
+    bufs = getattr(_SCRATCH, "bufs", None)
+    if bufs is None:
+        bufs = _SCRATCH.bufs = {}
+    a = bufs.get((key, dtype.str))
+    if a is None or a.size < n:
+        a = np.empty(max(n, 2 * a.size if a is not None else n), dtype=dtype)
+        bufs[(key, dtype.str)] = a
+    return a[:n]
+
+
+# -- bit intrinsics: one instruction each (lzcnt, tzcnt, popcnt; bitreverse is a few) -------------
+
+def _int_intrinsic(llvm_op, result):
+    """An intrinsic applying ``builder.<llvm_op>`` to an integer argument widened to 64 bits."""
+    def typer(typingctx, x):
+        if not isinstance(x, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            v = context.cast(builder, args[0], sig.args[0], types.uint64)
+            if llvm_op in ("ctlz", "cttz"):
+                return getattr(builder, llvm_op)(v, ir.Constant(ir.IntType(1), 0))
+            return getattr(builder, llvm_op)(v)
+        return result(x), codegen
+    typer.__name__ = f"_{llvm_op}64"
+    return intrinsic(typer)
+
+
+clz64 = _int_intrinsic("ctlz", types.int64)
+"""Leading zero bits of the 64-bit pattern of a non-negative integer (64 for 0)."""
+ctz64 = _int_intrinsic("cttz", types.int64)
+"""Trailing zero bits of the 64-bit pattern of an integer (64 for 0)."""
+popcount64 = _int_intrinsic("ctpop", types.int64)
+"""Set bits of the 64-bit pattern of an integer."""
+bitreverse64 = _int_intrinsic("bitreverse", types.uint64)
+"""The 64-bit pattern of an integer in reverse bit order (uint64)."""
+
+
 @njit(cache=True)
 def bit_length(n):
     """Number of bits of n ≥ 0 (0 for n = 0), for n < 2^63."""
-    n = np.int64(n)
-    r = 0
-    if n >= np.int64(1) << 32:
-        n >>= 32
-        r += 32
-    if n >= 65536:
-        n >>= 16
-        r += 16
-    if n >= 256:
-        n >>= 8
-        r += 8
-    if n >= 16:
-        n >>= 4
-        r += 4
-    if n >= 4:
-        n >>= 2
-        r += 2
-    if n >= 2:
-        n >>= 1
-        r += 1
-    return r + np.int64(n)
+    return 64 - clz64(np.int64(n))
+
+
+def _omega_prefixes() -> tuple[np.ndarray, np.ndarray]:
+    """For b = bit_length(n) of a gap n ≥ 2: the bits R(b − 1) that precede binary(n) in ω(n),
+    as an LSB-first pattern (first code bit = bit 0), and their number (0 for b ≤ 2)."""
+    bits = np.zeros(65, dtype=np.uint64)
+    lens = np.zeros(65, dtype=np.int64)
+    for b in range(3, 65):
+        r, m = "", b - 1                       # R(m) = R(⌊log₂m⌋)·binary(m), R(1) empty
+        while m > 1:
+            r = bin(m)[2:] + r
+            m = m.bit_length() - 1
+        bits[b] = sum(1 << i for i, c in enumerate(r) if c == "1")
+        lens[b] = len(r)
+    return bits, lens
+
+
+_EO_PREFIX, _EO_PREFIX_LEN = _omega_prefixes()
+
+EO_TABLE_BITS = 12
+"""Gaps below 2^EO_TABLE_BITS take their code from a table (:data:`_EO_TABLE`)."""
+
+
+def _omega_table() -> np.ndarray:
+    """_EO_TABLE[g] = ω(g) as an LSB-first pattern | |ω(g)| << 56, for 1 ≤ g < 2^EO_TABLE_BITS."""
+    g = np.arange(1 << EO_TABLE_BITS, dtype=np.uint64)
+    b = np.array([int(v).bit_length() for v in g], dtype=np.int64)
+    rev = np.zeros_like(g)                       # binary(g), MSB first = bit 0
+    for i in range(EO_TABLE_BITS):
+        bit = (g >> np.uint64(i)) & np.uint64(1)
+        rev |= np.where(i < b, bit << np.maximum(b - 1 - i, 0).astype(np.uint64), np.uint64(0))
+    lp = _EO_PREFIX_LEN[b]
+    big = g > 1
+    code = np.where(big, _EO_PREFIX[b] | (rev << lp.astype(np.uint64)), np.uint64(0))
+    length = np.where(big, lp + b + 1, 1).astype(np.uint64)
+    table = code | (length << np.uint64(56))
+    table[0] = 0
+    return table
+
+
+_EO_TABLE = _omega_table()
+_LOW56 = np.uint64((1 << 56) - 1)
 
 
 @njit(cache=True)
 def elias_omega_length(n):
-    """|ω(n)| in bits, n ≥ 1: 1 for n = 1, else bit_length(n) + |ω(bit_length(n) − 1)|."""
-    length = 1
-    while n > 1:
-        b = bit_length(n)
-        length += b
-        n = b - 1
-    return length
+    """|ω(n)| in bits, n ≥ 1: 1 for n = 1, else |R(bit_length(n) − 1)| + bit_length(n) + 1."""
+    n = np.int64(n)
+    b = bit_length(n)
+    return _EO_PREFIX_LEN[b] + (b if n > 1 else 0) + 1
 
 
 @njit(cache=True)
 def elias_gap_bits(idx):
     """Σ_i |ω(g_i)| for the gaps of the increasing indices ``idx`` (g_0 = idx[0] + 1)."""
     total = 0
-    prev = -1
+    prev = np.int64(-1)
     for i in range(idx.shape[0]):
         j = np.int64(idx[i])
-        total += elias_omega_length(j - prev)
+        n = j - prev
         prev = j
+        b = bit_length(n)
+        total += _EO_PREFIX_LEN[b] + (b if n > 1 else 0) + 1
     return total
 
 
 @njit(cache=True)
 def reverse_bits(v, n):
     """The low n bits of v (uint64, 1 ≤ n ≤ 64) in reverse order."""
-    v = np.uint64(v)
-    v = ((v >> np.uint64(1)) & np.uint64(0x5555555555555555)) | ((v & np.uint64(0x5555555555555555)) << np.uint64(1))
-    v = ((v >> np.uint64(2)) & np.uint64(0x3333333333333333)) | ((v & np.uint64(0x3333333333333333)) << np.uint64(2))
-    v = ((v >> np.uint64(4)) & np.uint64(0x0F0F0F0F0F0F0F0F)) | ((v & np.uint64(0x0F0F0F0F0F0F0F0F)) << np.uint64(4))
-    v = ((v >> np.uint64(8)) & np.uint64(0x00FF00FF00FF00FF)) | ((v & np.uint64(0x00FF00FF00FF00FF)) << np.uint64(8))
-    v = ((v >> np.uint64(16)) & np.uint64(0x0000FFFF0000FFFF)) | ((v & np.uint64(0x0000FFFF0000FFFF)) << np.uint64(16))
-    v = (v >> np.uint64(32)) | (v << np.uint64(32))
-    return v >> np.uint64(64 - n)
+    return bitreverse64(np.uint64(v)) >> np.uint64(64 - n)
+
+
+@njit(cache=True)
+def elias_omega_words(idx, words, limit):
+    """The Elias-omega codes of the gaps of increasing ``idx`` as an LSB-first bit stream in
+    ``words`` (stream bit b = bit b mod 64 of words[b // 64]; unused high bits of the last word 0).
+
+    Returns the number of stream bits, or −1 as soon as it is certain to reach ``limit`` (the
+    caller then uses the fixed-width encoding); ``words`` must hold ``limit // 64 + 2`` words.
+    Gaps < 2^32 (d ≤ 2^32): every code is ≤ 43 bits, so it straddles at most two words. Codes of
+    gaps < 2^EO_TABLE_BITS come from a table; the code of a larger g with b = bit_length(g) is
+    R(b − 1) (a table of 64 prefixes), binary(g) MSB first (a bit reversal) and a 0. The word
+    flush is branch-free (its pattern is irregular), indices are unsigned.
+    """
+    acc = np.uint64(0)        # stream bits [64·w, 64·w + nacc)
+    nacc = np.uint64(0)
+    w = np.uint64(0)
+    wlimit = np.uint64(limit // 64)
+    one = np.uint64(1)
+    m63 = np.uint64(63)
+    prev = np.int64(-1)
+    for i in range(idx.shape[0]):
+        j = np.int64(idx[i])
+        n = j - prev
+        prev = j
+        if np.uint64(n) < np.uint64(1 << EO_TABLE_BITS):    # unsigned: never reads outside
+            e = _EO_TABLE[np.uint64(n)]
+            code = e & _LOW56
+            length = e >> np.uint64(56)
+        else:
+            b = bit_length(n)
+            lp = _EO_PREFIX_LEN[b]
+            code = _EO_PREFIX[b] | (reverse_bits(n, b) << np.uint64(lp))
+            length = np.uint64(lp + b + 1)
+        acc |= code << nacc
+        words[w] = acc
+        t = nacc + length
+        spill = t >> np.uint64(6)                 # 1 if the code ran past the word
+        high = (code >> one) >> (m63 - nacc)      # its bits past the word (0 if none)
+        acc = high if spill else acc
+        w += spill
+        nacc = t & m63
+        if w > wlimit:
+            return -1
+    words[w] = acc
+    total = np.int64(64 * w + nacc)
+    return total if total < limit else -1
+
+
+@njit(cache=True)
+def copy_stream_bytes(words, nbits, out, offset):
+    """out[offset : offset + ⌈nbits/8⌉] ← the first ⌈nbits/8⌉ bytes of the LSB-first word stream."""
+    nbytes = (nbits + 7) // 8
+    nfull = nbytes // 8
+    o = out[offset:offset + nbytes]
+    for q in range(nfull):
+        v = words[q]
+        for t in range(8):
+            o[8 * q + t] = np.uint8((v >> np.uint64(8 * t)) & np.uint64(0xFF))
+    if nbytes > 8 * nfull:
+        v = words[nfull]
+        for t in range(nbytes - 8 * nfull):
+            o[8 * nfull + t] = np.uint8((v >> np.uint64(8 * t)) & np.uint64(0xFF))
+    return nbytes
 
 
 @njit(cache=True)
@@ -112,32 +258,10 @@ def elias_omega_encode_gaps(idx, out, offset):
     """Write the Elias-omega codes of the gaps of increasing ``idx`` into ``out[offset:]``
     (LSB-first stream, each code first bit first); returns the number of bytes written
     (= ⌈elias_gap_bits(idx)/8⌉). Unused high bits of the last byte are zero."""
-    acc = np.uint64(0)
-    nacc = 0
-    pos = offset
-    prev = -1
-    for i in range(idx.shape[0]):
-        j = np.int64(idx[i])
-        n = j - prev
-        prev = j
-        code = np.uint64(0)          # the code in natural order, built from its last group
-        length = 1                   # the terminating 0
-        while n > 1:
-            b = bit_length(n)
-            code |= np.uint64(n) << np.uint64(length)
-            length += b
-            n = b - 1
-        acc |= reverse_bits(code, length) << np.uint64(nacc)
-        nacc += length
-        while nacc >= 8:
-            out[pos] = np.uint8(acc & np.uint64(0xFF))
-            acc >>= np.uint64(8)
-            nacc -= 8
-            pos += 1
-    if nacc > 0:
-        out[pos] = np.uint8(acc & np.uint64(0xFF))
-        pos += 1
-    return pos - offset
+    nbits = elias_gap_bits(idx)
+    words = np.empty(nbits // 64 + 2, dtype=np.uint64)
+    elias_omega_words(idx, words, nbits + 1)
+    return copy_stream_bytes(words, nbits, out, offset)
 
 
 @njit(cache=True)
@@ -203,14 +327,157 @@ def indices_valid(idx, d):
     return True
 
 
+FINITE_CHUNK = 1024
+"""Entries per chunk of the fused finiteness-check-and-gather passes: the chunk's vectorised
+check loads it into L1, where the gather of its kept entries finds it."""
+
+
 @njit(cache=True)
-def gather_checked(x, idx, values):
-    """values[i] = x[idx[i]] (cast to values' dtype); returns 0.0, or NaN if a value is non-finite."""
-    chk = 0.0
-    for i in range(idx.shape[0]):
-        values[i] = x[idx[i]]
-        chk += values[i] * 0.0
-    return chk
+def chunk_nonfinite(keys, c0, mask, inf_bits):
+    """True if x[c0 : c0 + FINITE_CHUNK] holds NaN/±Inf (``keys, mask, inf_bits`` =
+    :func:`float_bits` (x)): an integer max of ``key & mask``, which vectorises."""
+    kb = keys[c0:c0 + FINITE_CHUNK]
+    m = kb[0] & mask
+    for i in range(kb.shape[0]):
+        m = max(m, kb[i] & mask)
+    return m >= inf_bits
+
+
+@njit(cache=True)
+def gather_finite(x, keys, mask, inf_bits, idx, values):
+    """One pass over x: values[i] = x[idx[i]] for the increasing ``idx`` (``values`` of x's
+    dtype), and the check that every x_j is finite; ``keys, mask, inf_bits`` = :func:`float_bits`
+    (x). Returns False if x holds NaN/±Inf (``values`` then incomplete)."""
+    n = x.shape[0]
+    k = idx.shape[0]
+    p = 0
+    for c0 in range(0, n, FINITE_CHUNK):
+        if chunk_nonfinite(keys, c0, mask, inf_bits):
+            return False
+        end = c0 + FINITE_CHUNK
+        while p < k and idx[p] < end:
+            values[p] = x[idx[p]]
+            p += 1
+    return True
+
+
+@njit(cache=True)
+def cast_finite(src, dst):
+    """dst[i] = src[i] (cast to dst's dtype); True if every dst[i] is finite."""
+    bad = False
+    for i in range(src.shape[0]):
+        dst[i] = src[i]
+        bad |= abs(dst[i]) == np.inf
+        bad |= dst[i] != dst[i]
+    return not bad
+
+
+SELECT_UNROLL = 2
+"""Set bits of a 64-entry hit mask that :func:`select_at_least` writes unconditionally: a mask
+with more hits loops over the rest (rare when few entries are selected)."""
+
+
+SELECT_FULL = 2
+"""Status of :func:`select_into`: the buffers may not hold the next 64 entries' hits."""
+SELECT_DENSE = 24
+"""Hits in a 64-entry group above which :func:`select_into` compacts all 64 entries branch-free
+instead of walking the set bits."""
+
+
+@njit(cache=True)
+def select_into(keys, mask, lo, inf_bits, start, idx, bits, c):
+    """Append to idx, bits (from slot c) every j ≥ ``start`` (a multiple of 64) with
+    ``keys[j] & mask ≥ lo`` and its key, in increasing order; ``keys, mask, inf_bits`` =
+    :func:`float_bits` (x), so the test is |x_j| ≥ the float with bits ``lo``. The same pass
+    checks that every x_j (j ≥ start) is finite.
+
+    Returns (c, resume, status): status 0 (done: c entries), 1 (x holds NaN/±Inf) or
+    ``SELECT_FULL`` (fewer than 64 + SELECT_UNROLL free slots: grow the buffers and call again
+    from ``resume`` with the same c).
+
+    Per group of 64 entries, vectorised compares build a 64-bit hit mask and a NaN/Inf flag;
+    the set bits of the mask (tzcnt) give the indices: no branch per entry. Indices are unsigned
+    and nothing is sliced inside the loop (no wrap-around fix-ups, no reference counting).
+    """
+    n = keys.shape[0]
+    room = idx.shape[0] - 64 - SELECT_UNROLL
+    nfull = n - n % 64
+    one = np.uint64(1)
+    for w0 in range(start, nfull, 64):
+        if c > room:
+            return c, w0, SELECT_FULL
+        b = np.uint64(w0)
+        hit = np.uint64(0)
+        for i in range(64):
+            hit |= np.uint64((keys[b + np.uint64(i)] & mask) >= lo) << np.uint64(i)
+        bad = False
+        for i in range(64):
+            bad |= (keys[b + np.uint64(i)] & mask) >= inf_bits
+        if bad:
+            return c, w0, 1
+        cnt = popcount64(hit)
+        q = np.uint64(c)
+        if cnt > SELECT_DENSE:
+            for i in range(64):
+                idx[q] = w0 + i
+                bits[q] = keys[b + np.uint64(i)]
+                q += (hit >> np.uint64(i)) & one
+        else:
+            for u in range(SELECT_UNROLL):     # slots past the hits are overwritten later
+                j = np.uint64(ctz64(hit) & 63)
+                idx[q + np.uint64(u)] = w0 + np.int64(j)
+                bits[q + np.uint64(u)] = keys[b + j]
+                hit &= hit - one
+            q += np.uint64(SELECT_UNROLL)
+            while hit:
+                j = np.uint64(ctz64(hit))
+                idx[q] = w0 + np.int64(j)
+                bits[q] = keys[b + j]
+                hit &= hit - one
+                q += one
+        c += cnt
+    if nfull < n:                                # the last n mod 64 entries
+        if c > room:
+            return c, nfull, SELECT_FULL
+        for j in range(nfull, n):
+            a = keys[j] & mask
+            if a >= inf_bits:
+                return c, j, 1
+            idx[c] = j
+            bits[c] = keys[j]
+            c += np.int64(a >= lo)
+    return c, n, 0
+
+
+def select_at_least(keys: np.ndarray, mask, lo, inf_bits, cap: int, grow: bool = True
+                    ) -> tuple[np.ndarray, np.ndarray, int]:
+    """(idx, bits, status) for every j with ``keys[j] & mask ≥ lo`` (:func:`select_into`): idx
+    int64 and the keys of x_j, status 0, 1 (x holds NaN/±Inf) or ``SELECT_FULL`` (more than
+    about ``cap`` entries qualify and not ``grow``; else the buffers double as needed). idx and
+    bits are work arrays (:func:`scratch`): valid until the next call in this thread."""
+    size = max(int(cap), 0) + 64 + SELECT_UNROLL + 1
+    idx = scratch("select-idx", size, np.int64)
+    bits = scratch("select-bits", size, keys.dtype)
+    c, start = 0, 0
+    while True:
+        c, start, status = select_into(keys, mask, lo, inf_bits, start, idx, bits, c)
+        if status != SELECT_FULL or not grow:
+            return idx[:c], bits[:c], status
+        size = 2 * size
+        idx2 = np.empty(size, dtype=np.int64)
+        bits2 = np.empty(size, dtype=keys.dtype)
+        idx2[:c] = idx[:c]
+        bits2[:c] = bits[:c]
+        idx, bits = idx2, bits2
+
+
+def float_bits(x: np.ndarray) -> tuple[np.ndarray, np.unsignedinteger, np.unsignedinteger]:
+    """(keys, mask, inf_bits) of a contiguous float32/float64 ``x``: x viewed as unsigned integers
+    of its width, the mask clearing the sign bit and the pattern of +Inf. ``key & mask`` orders
+    like |x_j| (IEEE-754), and is ≥ ``inf_bits`` exactly when x_j is NaN or ±Inf."""
+    if x.dtype == np.float32:
+        return x.view(np.uint32), np.uint32(0x7FFFFFFF), np.uint32(0x7F800000)
+    return x.view(np.uint64), np.uint64(0x7FFFFFFFFFFFFFFF), np.uint64(0x7FF0000000000000)
 
 
 @njit(cache=True)
@@ -228,17 +495,27 @@ def scatter_scaled(values, idx, scale, out, accumulate):
 # Python helpers used by the sparse compressors
 # ------------------------------------------------------------------------------------------------
 
-def index_bits(idx: np.ndarray, d: int) -> tuple[bool, int]:
-    """(use Elias-omega?, index bits) for increasing ``idx``: the smaller encoding, ties fixed."""
-    fixed = idx.shape[0] * wire.bits_for(d)
-    elias = int(elias_gap_bits(idx)) if idx.shape[0] else 0
-    return (True, elias) if elias < fixed else (False, fixed)
+def encode_indices(idx: np.ndarray, d: int) -> tuple[bool, int, np.ndarray | None]:
+    """(use Elias-omega?, index bits, the Elias stream words or None) for increasing ``idx``: the
+    smaller encoding, ties fixed. The Elias stream is encoded once, into work words (stopping as
+    soon as it cannot beat the fixed width); :func:`write_index_stream` copies it into the
+    payload (before the next call in this thread reuses the words)."""
+    nnz = idx.shape[0]
+    fixed = nnz * wire.bits_for(d)
+    if fixed == 0:
+        return False, 0, None
+    words = scratch("elias-words", fixed // 64 + 2, np.uint64)
+    bits = int(elias_omega_words(idx, words, fixed))
+    if bits < 0:
+        return False, fixed, None
+    return True, bits, words
 
 
-def write_indices(idx: np.ndarray, d: int, use_elias: bool, out: np.ndarray, offset: int) -> None:
-    """Write the index stream (sized by :func:`index_bits`) at ``out[offset:]``."""
-    if use_elias:
-        elias_omega_encode_gaps(idx, out, offset)
+def write_index_stream(idx: np.ndarray, d: int, words: np.ndarray | None, bits: int, out: np.ndarray,
+                       offset: int) -> None:
+    """Write the index stream chosen by :func:`encode_indices` at ``out[offset:]``."""
+    if words is not None:
+        copy_stream_bytes(words, bits, out, offset)
     else:
         wire.pack_fixed_width(idx, wire.bits_for(d), out, offset)
 
@@ -307,7 +584,7 @@ class SparseCompressor(Compressor):
         """Payload for these increasing indices; returns (payload, values offset, values bytes).
         Writes header, count and index stream; the caller writes the values."""
         nnz = idx.shape[0]
-        use_elias, ibits = index_bits(idx, d)
+        use_elias, ibits, words = encode_indices(idx, d)
         vbytes = self._value_bytes(nnz)
         flags = self._flags | (wire.FLAG_ELIAS if use_elias else 0)
         payload = wire.new_payload(self._prefix + vbytes + (ibits + 7) // 8, self.FORMAT_ID, flags,
@@ -315,7 +592,7 @@ class SparseCompressor(Compressor):
         if self.VARIABLE_NNZ:
             payload[wire.HEADER_BYTES:wire.HEADER_BYTES + 4].view("<u4")[0] = nnz
         voff = wire.HEADER_BYTES + self._prefix
-        write_indices(idx, d, use_elias, payload, voff + vbytes)
+        write_index_stream(idx, d, words, ibits, payload, voff + vbytes)
         return payload, voff, vbytes
 
     def _read_sparse(self, payload, d: int) -> tuple[np.ndarray, int, int, np.ndarray, int]:

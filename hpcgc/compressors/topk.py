@@ -6,15 +6,19 @@ most the mean square), so δ = k/d (`spec/compressors.md` Part C; flpytorch ``ma
 "E[|C(x)−x|²] = (1−a)|x|², a = K/D"; Stich, Cordonnier, Jaggi, *Sparsified SGD with memory*,
 NeurIPS 2018). Biased: use it with error feedback.
 
-Selection is O(d), not a sort: a radix select on the IEEE-754 bit patterns of |x_j| (which order
-like the magnitudes). Pass 1 builds a histogram of the top bits (sign cleared) — 12 bits
-(exponent + 4 mantissa bits) for float32, 15 for float64 — which locates the bucket b of the k-th
-largest magnitude and the count above it. Pass 2 gathers (index, magnitude) of every entry in
-buckets ≥ b, skipping blocks of 256 entries whose (vectorised) maximum is below b. Histograms of
-the next bits of bucket b's magnitudes narrow them to the exact k-th largest T; the result is
-every gathered entry > T and the first (k − #{> T}) entries = T, in index order (sorted for free;
-ties to the lowest indices). NaN/±Inf have the largest keys, so they are always selected and
-detected among the values.
+Selection is O(d), not a sort, and usually one pass over x (:func:`topk_sampled`): the order
+statistics of m = 32768 strided entries give, with high probability, a magnitude lo just below the
+k-th largest (and hi just above it); one pass (:func:`~.sparse.select_at_least`, vectorised
+compares of the IEEE-754 bit patterns of |x_j|, which order like the magnitudes) collects the
+≈ 1.2k entries ≥ lo in index order and checks NaN/±Inf; a radix select among those in [lo, hi]
+finds the exact k-th largest T; the result is every candidate > T and the first (k − #{> T})
+entries = T (ties to the lowest indices), already sorted. Exact whatever the sample: when fewer
+than k entries reach lo, or far more than expected (heavy ties), the two-pass radix select
+(:func:`topk_indices`) runs instead: a histogram of the top magnitude bits — 12 bits
+(exponent + 4 mantissa bits) for float32, 15 for float64 — locates the bucket b of the k-th
+largest and the count above it, a second pass gathers (index, magnitude) of every entry in buckets
+≥ b, and histograms of the next bits narrow bucket b to T. NaN/±Inf have the largest keys, so they
+are always selected and detected among the values.
 
 Wire format (after the 8-byte header): k values x_j (float32, or float64 with ``fp64=true``),
 then the k indices (fixed ⌈log₂d⌉ bits or Elias-omega gaps, whichever is smaller, header flag
@@ -22,11 +26,20 @@ bit 1; :mod:`.sparse`). Model bits: k·F + index bits of the encoding used (≤ 
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
 from .base import FP64_PARAM, Param
-from .sparse import FixedKSparse, gather_checked
+from .sparse import (
+    FixedKSparse,
+    bit_length,
+    cast_finite,
+    float_bits,
+    scratch,
+    select_at_least,
+)
 
 _F32 = (np.uint32(0x7FFFFFFF), 12)         # magnitude mask, bits of the first histogram
 _F64 = (np.uint64(0x7FFFFFFFFFFFFFFF), 15)
@@ -169,6 +182,95 @@ def magnitude_keys(x: np.ndarray):
     return x.view(np.uint64), mask, 63 - bits, 64
 
 
+@njit(cache=True)
+def rank_among_candidates(cbits, mask, k, lo, hi, nbits, band):
+    """(T, #{> T}): the k-th largest magnitude key among the candidates' keys ``cbits & mask``
+    (all ≥ lo; at least k of them); ``band`` is int64 work space of len(cbits). When hi ≥ lo is
+    given (hi ≥ 0) and fewer than k candidates exceed it, only the band [lo, hi] is searched, and
+    its values agree above bit bit_length(lo ^ hi): fewer entries and fewer radix rounds."""
+    nc = cbits.shape[0]
+    if hi >= lo:
+        above = 0
+        nb = 0
+        for i in range(nc):
+            a = np.int64(cbits[i] & mask)
+            above += np.int64(a > hi)
+            band[nb] = a
+            nb += np.int64(a <= hi)
+        if above < k:
+            T, above2 = narrow_to_rank(band, nb, k - above, bit_length(lo ^ hi))
+            return T, above + above2
+    for i in range(nc):
+        band[i] = np.int64(cbits[i] & mask)
+    return narrow_to_rank(band, nc, k, nbits - 1)
+
+
+@njit(cache=True)
+def take_top(cidx, cbits, mask, T, ties, idx, bits):
+    """idx, bits ← in index order, the candidates with magnitude key > T and the first ``ties``
+    with key = T (cidx, cbits: increasing indices and their keys); branch-free, so idx and bits
+    need one slot more than the number taken."""
+    n = 0
+    for i in range(cidx.shape[0]):
+        a = np.int64(cbits[i] & mask)
+        eq = np.int64(a == T) & np.int64(ties > 0)
+        take = np.int64(a > T) | eq
+        ties -= eq
+        idx[n] = cidx[i]
+        bits[n] = cbits[i]
+        n += take
+    return n
+
+
+_SAMPLE = 32768
+"""Sample size of the threshold estimate (evenly strided entries of x)."""
+_SAMPLE_MIN_D = 1 << 16
+"""Below this d (or for k > d/8) top-k uses the two-pass radix select directly."""
+
+
+def topk_sampled(x: np.ndarray, k: int):
+    """Top-k by a sampled threshold: (idx, keys, status) or None when the estimate fails; idx and
+    keys are work arrays (:func:`~.sparse.scratch`), valid until the next call in this thread.
+
+    With q = k/d and m = 32768 strided entries, the (qm + 4√(qm) + 4)-th largest sampled
+    magnitude lo is, with high probability, below the k-th largest of x but not far below, and
+    the (qm − 4√(qm) − 4)-th largest hi above it. One pass (:func:`~.sparse.select_at_least`)
+    collects every entry ≥ lo — about 1.2 k candidates; NaN/Inf are detected on the way
+    (status 1) — then the exact k-th largest T (radix select among the candidates in [lo, hi],
+    :func:`rank_among_candidates`) decides: entries > T and the first ties = T, in index order.
+    The result is exact whatever the sample; if fewer than k entries reach lo, or many more than
+    expected (heavy ties), it returns None and the caller uses :func:`topk_indices`.
+    """
+    d = x.shape[0]
+    if d < _SAMPLE_MIN_D or 8 * k > d:
+        return None
+    keys, mask, inf_bits = float_bits(x)
+    nbits = 8 * x.dtype.itemsize
+    m = min(_SAMPLE, d // 16)
+    step = d // m
+    sample = keys[step // 2::step][:m] & mask
+    qm = k * m / d
+    r = math.ceil(qm + 4.0 * math.sqrt(qm) + 4.0)
+    if r >= m:
+        return None
+    r_hi = math.floor(qm - 4.0 * math.sqrt(qm) - 4.0)
+    part = np.partition(sample, [m - r, m - max(r_hi, 1)])
+    lo = int(part[m - r])
+    hi = int(part[m - r_hi]) if r_hi >= 1 else -1
+    cap = int(1.25 * d * r / m) + 4096
+    cidx, cbits, status = select_at_least(keys, mask, keys.dtype.type(lo), inf_bits, cap, grow=False)
+    if status == 1:
+        return None, None, 1
+    if status != 0 or cidx.shape[0] < k:
+        return None
+    T, above = rank_among_candidates(cbits, mask, k, lo, hi, nbits,
+                                     scratch("topk-band", cidx.shape[0], np.int64))
+    idx = scratch("topk-idx", k + 1, np.int64)
+    bits = scratch("topk-bits", k + 1, keys.dtype)
+    take_top(cidx, cbits, mask, T, k - above, idx, bits)
+    return idx[:k], bits[:k], 0
+
+
 class TopK(FixedKSparse):
     """Top-k sparsification: the k largest |x_j|; biased, δ = k/d."""
 
@@ -190,11 +292,18 @@ class TopK(FixedKSparse):
 
     def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
         d = x.shape[0]
-        keys, mask, shift, nbits = magnitude_keys(x)
-        idx = np.empty(self.k, dtype=np.int64)
-        topk_indices(keys, mask, shift, nbits, self.k, idx)
+        res = topk_sampled(x, self.k)
+        if res is None:                        # exact two-pass radix select
+            keys, mask, shift, nbits = magnitude_keys(x)
+            idx = np.empty(self.k, dtype=np.int64)
+            topk_indices(keys, mask, shift, nbits, self.k, idx)
+            vals = x[idx]                      # NaN/±Inf are always selected: checked below
+        else:
+            idx, bits, status = res
+            if status != 0:
+                raise self._nonfinite_error(x)
+            vals = bits.view(x.dtype)
         payload, voff, vbytes = self._new_sparse_payload(idx, d)
-        values = payload[voff:voff + vbytes].view(self._dtype())
-        if gather_checked(x, idx, values) != 0.0:          # NaN/±Inf are always selected
+        if not cast_finite(vals, payload[voff:voff + vbytes].view(self._dtype())):
             raise self._nonfinite_error(x, "value range (float32)")
         return payload
