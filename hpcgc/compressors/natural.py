@@ -47,10 +47,9 @@ from numba import njit
 from ..errors import PayloadError
 from . import wire
 from .base import FP64_PARAM, Compressor, DecodeInto, Param
-from .norms import nonfinite_flag
 from .prng import TWO32, mix64, uniform_at, uniforms32
 from .qsgd import BucketDither
-from .randk import sample_k_of_d_sorted
+from .randk import sample_and_gather
 from .sparse import FixedKSparse
 from .wire import CHUNK, pack_fields, unpack_fields
 
@@ -330,13 +329,10 @@ class NaturalRandK(DecodeInto, FixedKSparse):
         return (12 if self._fp64 else 9) * nnz
 
     def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
-        d = x.shape[0]
-        if nonfinite_flag(x) != 0.0:
+        idx, vals, finite = sample_and_gather(x, seed, self.k, reuse=True)    # one pass over x
+        if not finite:
             raise self._nonfinite_error(x)
-        idx = np.empty(self.k, dtype=np.int64)
-        sample_k_of_d_sorted(d, seed, idx)
-        payload, voff, vbytes = self._new_sparse_payload(idx, d)
-        vals = x[idx]
+        payload, voff, vbytes = self._new_sparse_payload(idx, x.shape[0])
         k = self.k
         if encode_nat_block(vals, np.uint64(mix64(seed ^ _NAT_SALT)), self._fp64,
                             payload[voff:voff + k], payload[voff + k:voff + vbytes]):
