@@ -17,10 +17,26 @@ from .norms import nonfinite_flag
 
 
 @njit(cache=True)
-def cast_copy(x, out):
-    """out[i] = x[i], cast to out's dtype."""
+def cast_copy32(x, out):
+    """out[i] = float32(x[i]); returns the largest |out[i]| bit pattern (≥ 0x7F800000 iff some
+    value is NaN/Inf or overflowed float32): copy and check in one pass."""
+    m = np.uint32(0)
     for i in range(x.shape[0]):
-        out[i] = x[i]
+        v = np.float32(x[i])
+        out[i] = v
+        m = max(m, v.view(np.uint32) & np.uint32(0x7FFFFFFF))
+    return m
+
+
+@njit(cache=True)
+def cast_copy64(x, out):
+    """:func:`cast_copy32` into float64 (bit patterns ≥ 0x7FF0000000000000 iff NaN/Inf)."""
+    m = np.uint64(0)
+    for i in range(x.shape[0]):
+        v = np.float64(x[i])
+        out[i] = v
+        m = max(m, v.view(np.uint64) & np.uint64(0x7FFFFFFFFFFFFFFF))
+    return m
 
 
 @njit(cache=True)
@@ -56,8 +72,9 @@ class Identity(Compressor):
         d = x.shape[0]
         payload = self._new_payload(self._body_bytes(d), d)
         values = payload[wire.HEADER_BYTES:].view(self._dtype())
-        cast_copy(x, values)
-        if nonfinite_flag(values) != 0.0:        # NaN/Inf in x, or beyond the float32 range
+        bad = (cast_copy64(x, values) >= 0x7FF0000000000000 if self._fp64
+               else cast_copy32(x, values) >= 0x7F800000)
+        if bad:                                  # NaN/Inf in x, or beyond the float32 range
             raise self._nonfinite_error(x, "value range (float32)")
         return payload
 

@@ -383,14 +383,13 @@ def natural_dither_pack(x, bucket, scales, s, width, seed, out, offset):
     u = np.empty(CHUNK, dtype=np.uint32)
     for c0 in range(0, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
+        uniforms32(seed, c0, u[:c1 - c0])
         i = c0
         while i < c1:
             l = i // bucket
             e = min((l + 1) * bucket, c1)
             sc = scales[l]
-            uq = u[i - c0:e - c0]
-            uniforms32(seed, i, uq)
-            natural_dither(x[i:e], uq, 1.0 / sc if sc > 0.0 else 0.0, s, fields[i - c0:e - c0])
+            natural_dither(x[i:e], u[i - c0:e - c0], 1.0 / sc if sc > 0.0 else 0.0, s, fields[i - c0:e - c0])
             i = e
         pack_fields(fields[:c1 - c0], width, out, offset + (c0 * width) // 8)
 

@@ -60,7 +60,7 @@ def uniforms32(seed, start, out):
     ``seed`` (the 64 bits ``uniform_at(seed, w)`` is made of), p < h = m // 2, gives its low half
     to out[p] and its high half to out[h + p]; an odd last entry takes the low half of word
     start + h. The words used lie in [start, start + m), so disjoint coordinate ranges of one
-    message (its buckets or chunks) never share random bits. Two contiguous half-loops: both
+    message (its chunks) never share random bits. Two contiguous half-loops: both
     vectorise."""
     m = out.shape[0]
     h = m // 2

@@ -52,17 +52,16 @@ def qsgd_dither(x, u, scale32, s, fields):
 @njit(cache=True)
 def qsgd_dither_chunk(x, c0, c1, bucket, scales, s, seed, fields, u):
     """fields[q] = level << 1 | sign of entry c0 + q of x, c0 ≤ c0 + q < c1 (one chunk): the
-    buckets that intersect the chunk, each with its own uniforms (:func:`.prng.uniforms32` from
-    its first index). Both level codes (fixed and Elias) dither through here, so they decode to
+    buckets that intersect the chunk, with the chunk's uniforms (:func:`.prng.uniforms32` from
+    c0). Both level codes (fixed and Elias) dither through here, so they decode to
     the same vector. ``u`` is scratch of ≥ c1 − c0 entries."""
+    uniforms32(seed, c0, u[:c1 - c0])
     i = c0
     while i < c1:
         l = i // bucket
         e = min((l + 1) * bucket, c1)
         sc = scales[l]
-        uq = u[i - c0:e - c0]
-        uniforms32(seed, i, uq)
-        qsgd_dither(x[i:e], uq, TWO32 * s / sc if sc > 0.0 else 0.0, s, fields[i - c0:e - c0])
+        qsgd_dither(x[i:e], u[i - c0:e - c0], TWO32 * s / sc if sc > 0.0 else 0.0, s, fields[i - c0:e - c0])
         i = e
 
 

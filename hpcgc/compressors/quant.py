@@ -56,14 +56,13 @@ def ternary_dither_pack(x, block, scales, seed, out, offset):
     u = np.empty(CHUNK, dtype=np.uint32)
     for c0 in range(0, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
+        uniforms32(seed, c0, u[:c1 - c0])
         i = c0
         while i < c1:                       # the blocks that intersect this chunk
             l = i // block
             e = min((l + 1) * block, c1)
             sc = scales[l]
-            uq = u[i - c0:e - c0]
-            uniforms32(seed, i, uq)
-            ternary_dither(x[i:e], uq, TWO32 / sc if sc > 0.0 else 0.0, trits[i - c0:e - c0])
+            ternary_dither(x[i:e], u[i - c0:e - c0], TWO32 / sc if sc > 0.0 else 0.0, trits[i - c0:e - c0])
             i = e
         pack_trits(trits[:c1 - c0], out, offset + c0 // TRITS_PER_BYTE)
 

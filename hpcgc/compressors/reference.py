@@ -72,7 +72,7 @@ class SplitMixUniforms:
         return (_words(self.seed, np.arange(n)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
     def u32(self, d: int, block: int) -> np.ndarray:
-        cuts = np.union1d(np.arange(0, d, block), np.arange(0, d, wire.CHUNK))
+        cuts = np.arange(0, d, wire.CHUNK)
         m = np.diff(np.append(cuts, d))
         j = np.arange(d)
         a = np.repeat(cuts, m)                   # start of each entry's slice
