@@ -875,6 +875,29 @@ def test_pack_unpack_blocked_fields(n, width, offset, seed):
     np.testing.assert_array_equal(back, v)
     np.testing.assert_array_equal(reference.unpack_blocked(out[offset:offset + nbytes], n, width), v)
     assert wire.fields_max(out, offset, n, width) == (int(v.max()) if n else 0)
+    for limit in {0, (2**width - 1) // 2, 2**width - 2, int(v.max()) if n else 0}:
+        assert wire.fields_above(out, offset, n, width, limit) == bool(np.any(v > limit))   # SWAR path for 1, 2, 4, 8
+
+
+@pytest.mark.parametrize("width", [1, 2, 4, 8])
+def test_fields_above_swar_finds_one_bad_field(width):
+    """The SWAR validation flags a single out-of-range field anywhere: every position of a stream
+    that crosses a block boundary and ends in a partial 8-byte word, every limit."""
+    n = wire.FIELD_BLOCK + 45
+    rng = np.random.default_rng(width)
+    for limit in range(2**width - 1):
+        v = rng.integers(0, limit + 1, n).astype(np.uint32)
+        assert not wire.fields_above(_packed(v, width), 0, n, width, limit)
+        for j in (0, 1, 63, wire.FIELD_BLOCK - 1, wire.FIELD_BLOCK, n - 1):
+            w = v.copy()
+            w[j] = rng.integers(limit + 1, 2**width)
+            assert wire.fields_above(_packed(w, width), 0, n, width, limit), (limit, j)
+
+
+def _packed(v, width):
+    out = np.zeros(wire.packed_bytes(v.size, width), np.uint8)
+    wire.pack_fields(v, width, out, 0)
+    return out
 
 
 @given(st.lists(st.integers(0, 2), max_size=300))

@@ -159,7 +159,7 @@ class BucketDither(Compressor):
         if not np.isfinite(scales).all() or (scales < 0).any():
             raise PayloadError(f"{self.name}: corrupted payload: invalid bucket norm")
         offset = wire.HEADER_BYTES + m * self._scale_bytes
-        if not self._all_levels_valid and wire.fields_max(payload, offset, d, self._width) > 2 * self.s + 1:
+        if not self._all_levels_valid and wire.fields_above(payload, offset, d, self._width, 2 * self.s + 1):
             raise PayloadError(f"{self.name}: corrupted payload: {level} above s={self.s}")
         return scales, offset
 

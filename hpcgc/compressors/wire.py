@@ -339,6 +339,53 @@ def fields_max(src, offset, n, width):
 
 
 @njit(cache=True)
+def _swar_any_above(src, offset, nbytes, width, limit):
+    """True if some ``width``-bit field (width 1, 2, 4 or 8: fields never straddle a byte, in
+    either layout) of ``src[offset:offset+nbytes]`` exceeds ``limit`` (0 ≤ limit < 2^width − 1).
+    Eight bytes at a time, all fields at once (SWAR): with b a field's top bit, r its low bits and
+    h = 2^(width−1), a field is > limit iff (limit < h) b or r + (h − 1 − limit) ≥ h, or
+    (limit ≥ h) b and r + (2^width − 1 − limit) ≥ h — carries never cross a field."""
+    per = 64 // width
+    top = np.uint64(0)
+    unit = np.uint64(0)
+    for t in range(per):
+        unit |= np.uint64(1) << np.uint64(t * width)
+    top = unit << np.uint64(width - 1)
+    low = ~top
+    half = 1 << (width - 1)
+    big = limit >= half
+    c = unit * np.uint64(((1 << width) - 1 - limit) if big else (half - 1 - limit))
+    nw = nbytes // 8
+    words = src[offset:offset + 8 * nw].view(np.uint64)
+    bad = np.uint64(0)
+    if big:
+        for i in range(nw):
+            x = words[i]
+            bad |= x & ((x & low) + c)
+    else:
+        for i in range(nw):
+            x = words[i]
+            bad |= x | ((x & low) + c)
+    bad &= top
+    x = np.uint64(0)
+    for b in range(8 * nw, nbytes):               # the last < 8 bytes (zero-extended: 0 is valid)
+        x |= np.uint64(src[offset + b]) << np.uint64(8 * (b - 8 * nw))
+    y = x & ((x & low) + c) if big else x | ((x & low) + c)
+    return (bad | (y & top)) != np.uint64(0)
+
+
+def fields_above(src: np.ndarray, offset: int, n: int, width: int, limit: int) -> bool:
+    """True if some of the ``n`` fields of the :func:`pack_fields` stream at ``src[offset:]``
+    exceeds ``limit`` (validation before any output is written): a SWAR scan of the bytes for
+    widths 1, 2, 4, 8, else :func:`fields_max`."""
+    if limit >= (1 << width) - 1:
+        return False
+    if width in (1, 2, 4, 8):
+        return bool(_swar_any_above(src, offset, packed_bytes(n, width), width, limit))
+    return fields_max(src, offset, n, width) > limit
+
+
+@njit(cache=True)
 def pack_trits(trits, out, offset):
     """Pack ``trits`` (values 0, 1, 2) 5 per byte into ``out[offset:]``; ceil(n/5) bytes."""
     n = trits.shape[0]
