@@ -15,9 +15,12 @@ from hypothesis import strategies as st
 
 from hpcgc import compressors
 from hpcgc.compressors import reference, wire
+
 from hpcgc.compressors.norms import block_norms_l2, block_norms_linf
 from hpcgc.compressors.prng import next_below, uniform_at
 from hpcgc.errors import ConfigError, PayloadError
+
+from .elias_ref import omega_string
 
 UNBIASED_SPECS = [
     "identity:fp64=true",
@@ -1151,25 +1154,15 @@ def test_delta_api():
 # sparse index encoding: fixed width or Elias-omega gaps
 # ------------------------------------------------------------------------------------------------
 
-def elias_omega_string(n):
-    """Reference Elias-omega code of n ≥ 1 as a '0'/'1' string."""
-    code = "0"
-    while n > 1:
-        b = bin(n)[2:]
-        code = b + code
-        n = len(b) - 1
-    return code
-
-
 @given(st.lists(st.integers(1, 2**32 - 1), min_size=0, max_size=60), st.integers(0, 3))
 @settings(max_examples=150, deadline=None)
 def test_elias_omega_kernels(gaps, offset):
     from hpcgc.compressors import sparse
     idx = np.cumsum(np.array(gaps, dtype=np.int64)) - 1
     d = int(idx[-1]) + 1 if idx.size else 1
-    bits = "".join(elias_omega_string(g) for g in gaps)
+    bits = "".join(omega_string(g) for g in gaps)
     assert sparse.elias_gap_bits(idx) == len(bits)
-    assert all(sparse.elias_omega_length(g) == len(elias_omega_string(g)) for g in gaps)
+    assert all(sparse.elias_omega_length(g) == len(omega_string(g)) for g in gaps)
     nbytes = (len(bits) + 7) // 8
     out = np.full(offset + nbytes + 2, 0xCD, dtype=np.uint8)
     assert sparse.elias_omega_encode_gaps(idx, out, offset) == nbytes

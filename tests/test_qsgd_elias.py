@@ -20,6 +20,7 @@ from hpcgc.compressors import qsgd_elias as qe
 from hpcgc.compressors import wire
 from hpcgc.errors import ConfigError, PayloadError
 
+from .elias_ref import omega_string
 from .test_compressors import check_decoded, coord_variance, draws, fuzz_decoders
 
 SPECS = ["qsgd:s=4", "qsgd:s=1", "qsgd:s=2,bucket=16", "qsgd:s=3,bucket=50,p=inf",
@@ -33,16 +34,6 @@ def elias(spec: str):
 
 def rng(seed=0):
     return np.random.default_rng(seed)
-
-
-def omega_string(n: int) -> str:
-    """Elias-omega code of n ≥ 1, first bit first (independent of the package's helpers)."""
-    code = "0"
-    while n > 1:
-        b = bin(n)[2:]
-        code = b + code
-        n = len(b) - 1
-    return code
 
 
 def pack_bits(bits: str) -> np.ndarray:

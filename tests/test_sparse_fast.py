@@ -16,17 +16,10 @@ from numba import njit
 from scipy import stats
 
 from hpcgc import compressors
+
 from hpcgc.compressors import elias_omega, randk, sparse, threshold, topk
 
-
-def omega_string(n: int) -> str:
-    """Reference Elias-omega code of n ≥ 1 as a '0'/'1' string."""
-    code = "0"
-    while n > 1:
-        b = bin(n)[2:]
-        code = b + code
-        n = len(b) - 1
-    return code
+from .elias_ref import omega_string
 
 
 # ------------------------------------------------------------------------------------------------
