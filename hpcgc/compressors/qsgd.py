@@ -126,7 +126,6 @@ class BucketDither(Compressor):
         self.s = self._params["s"]
         self.p = self._params["p"]
         self._width = 1 + wire.bits_for(self.s + 1)      # sign + ⌈log₂(s+1)⌉ level bits
-        self._all_levels_valid = ((self.s + 1) & self.s) == 0  # s+1 a power of two
 
     def bucket_size(self, d: int) -> int:
         """Effective bucket size b' (d when bucket is 0 or ≥ d)."""
@@ -159,7 +158,8 @@ class BucketDither(Compressor):
         if not np.isfinite(scales).all() or (scales < 0).any():
             raise PayloadError(f"{self.name}: corrupted payload: invalid bucket norm")
         offset = wire.HEADER_BYTES + m * self._scale_bytes
-        if not self._all_levels_valid and wire.fields_above(payload, offset, d, self._width, 2 * self.s + 1):
+        # levels above s (fields_above returns False at once when every field value is valid)
+        if wire.fields_above(payload, offset, d, self._width, 2 * self.s + 1):
             raise PayloadError(f"{self.name}: corrupted payload: {level} above s={self.s}")
         return scales, offset
 

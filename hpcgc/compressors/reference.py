@@ -7,7 +7,7 @@ Each reference is what a careful user would write with whole-array numpy operati
 top-k by ``np.argpartition``, random subsets by ``rng.choice(d, k, replace=False)``.
 
 Per-entry randomness comes from a uniforms object: ``floats(n)`` (uniform doubles) and
-``u32(d, block)`` (uniform 32-bit integers, the dithering kernels' fixed-point draws);
+``u32(d)`` (uniform 32-bit integers, the dithering kernels' fixed-point draws);
 :class:`RngUniforms` wraps the Generator. ``compress(c, x, rng, uniforms=None)`` returns an opaque message (a tuple of arrays, already bit
 packed) and ``decompress(c, msg, d)`` the dense float64 vector. Packed bytes follow the hpcgc body
 layouts where that is natural (fixed-width fields LSB-first, 5 trits per byte, sign bits, nat
@@ -55,15 +55,14 @@ class RngUniforms:
     def floats(self, n: int) -> np.ndarray:
         return self.rng.random(n)
 
-    def u32(self, d: int, block: int) -> np.ndarray:
+    def u32(self, d: int) -> np.ndarray:
         return self.rng.integers(0, 2**32, size=d, dtype=np.int64)
 
 
 class SplitMixUniforms:
     """The kernels' randomness for one kernel seed, transcribed to numpy: ``floats(n)`` =
-    [uniform_at(seed, i)], ``u32(d, block)`` = what :func:`hpcgc.compressors.prng.uniforms32`
-    gives the slices [i, e) the dithering kernels cut at bucket/block and ``wire.CHUNK``
-    boundaries."""
+    [uniform_at(seed, i)], ``u32(d)`` = what :func:`hpcgc.compressors.prng.uniforms32` gives
+    the chunks [c0, c0 + ``wire.CHUNK``) the dithering kernels draw per."""
 
     def __init__(self, seed):
         self.seed = np.uint64(seed)
@@ -71,11 +70,11 @@ class SplitMixUniforms:
     def floats(self, n: int) -> np.ndarray:
         return (_words(self.seed, np.arange(n)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
-    def u32(self, d: int, block: int) -> np.ndarray:
+    def u32(self, d: int) -> np.ndarray:
         cuts = np.arange(0, d, wire.CHUNK)
         m = np.diff(np.append(cuts, d))
         j = np.arange(d)
-        a = np.repeat(cuts, m)                   # start of each entry's slice
+        a = np.repeat(cuts, m)                   # start of each entry's chunk
         h = np.repeat(m // 2, m)
         q = j - a
         word = np.where(q < h, a + q, np.where(q < 2 * h, a + q - h, a + h))
@@ -169,7 +168,7 @@ def _qsgd(c, x, rng, u):
     sc = _scales(c, _bucket_norms(x, b, c.p))
     sc32 = np.where(sc > 0, 4294967296.0 * s / np.where(sc > 0, sc, 1.0), 0.0)
     R = np.floor(np.abs(x).astype(np.float64) * _per_entry(sc32, b, d) + 0.5).astype(np.int64)
-    lev = np.minimum((R + u.u32(d, b)) >> 32, s)         # ⌊r⌋ + [u < frac(r)], 32-bit fixed point
+    lev = np.minimum((R + u.u32(d)) >> 32, s)         # ⌊r⌋ + [u < frac(r)], 32-bit fixed point
     fields = (lev << 1) | ((x < 0) & (lev > 0))
     return sc, pack_blocked(fields, 1 + wire.bits_for(s + 1))
 
@@ -186,7 +185,7 @@ def _quant(c, x, rng, u):
     b = _bucket(c, d)
     sc = _scales(c, _bucket_norms(x, b, c.p))
     inv32 = np.where(sc > 0, 4294967296.0 / np.where(sc > 0, sc, 1.0), 0.0)
-    xi = u.u32(d, b) < np.floor(np.abs(x).astype(np.float64) * _per_entry(inv32, b, d) + 0.5)
+    xi = u.u32(d) < np.floor(np.abs(x).astype(np.float64) * _per_entry(inv32, b, d) + 0.5)
     trits = xi * (1 + (x < 0))
     t = np.zeros(-(-d // 5) * 5, np.int64)
     t[:d] = trits
@@ -308,7 +307,7 @@ def _natural_dither(c, x, rng, u):
     sc = _scales(c, _bucket_norms(x, b, c.p))
     inv = np.where(sc > 0, 1.0 / np.where(sc > 0, sc, 1.0), 0.0)
     r = np.abs(x).astype(np.float64) * _per_entry(inv, b, d)
-    uu = u.u32(d, b)
+    uu = u.u32(d)
     m, e = np.frexp(r)                           # r = m·2^e: lower level 2^(e−1), index e − 1 + s
     up = uu < np.floor((2 * m - 1) * 4294967296.0 + 0.5)          # mantissa fraction, 32 bits
     small = uu < np.floor(r * (2.0 ** (s - 1) * 4294967296.0) + 0.5)

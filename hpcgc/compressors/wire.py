@@ -283,45 +283,32 @@ def pack_fields(values, width, out, offset):
     pack_fixed_width(values[nb * FIELD_BLOCK:], width, out, offset + 4 * nb * wpl)
 
 
-@njit(cache=True, inline="always")
-def unpack_row(words, i, width, row):
-    """row[l] = field i of lane l of one block of the blocked layout (``words``: the block's
-    width·LANES uint32 words; 0 ≤ i < 32): the LANES fields j = i·LANES + l, l < LANES, of the
-    block, i.e. LANES consecutive entries. The same shift for every lane: vector code."""
-    mask = np.uint32((np.uint64(1) << np.uint64(width)) - np.uint64(1))
-    bit = i * width
-    k = bit >> 5
-    sh = np.uint32(bit & 31)
-    wk = words[k * LANES:(k + 1) * LANES]
-    if (bit & 31) + width > 32:
-        back = np.uint32(32) - sh
-        wk1 = words[(k + 1) * LANES:(k + 2) * LANES]
-        for l in range(LANES):
-            row[l] = ((wk[l] >> sh) | (wk1[l] << back)) & mask
-    else:
-        for l in range(LANES):
-            row[l] = (wk[l] >> sh) & mask
-
-
-@njit(cache=True, inline="always")
-def block_words(src, offset, width, blk):
-    """The uint32 words of block ``blk`` of a :func:`pack_fields` stream at ``src[offset:]``."""
-    wpl = width * LANES
-    return src[offset + 4 * blk * wpl:offset + 4 * (blk + 1) * wpl].view(np.uint32)
-
-
 @njit(cache=True)
 def unpack_fields(src, offset, width, values):
     """Inverse of :func:`pack_fields`: fill ``values`` from ``src[offset:]`` (reads exactly
-    ``ceil(len(values)*width/8)`` bytes)."""
+    ``ceil(len(values)*width/8)`` bytes); the same lane loops, one shift for all lanes."""
     n = values.shape[0]
     nb = n // FIELD_BLOCK
+    wpl = width * LANES
+    mask = np.uint32((np.uint64(1) << np.uint64(width)) - np.uint64(1))
     for blk in range(nb):
-        words = block_words(src, offset, width, blk)
+        v = values[blk * FIELD_BLOCK:(blk + 1) * FIELD_BLOCK]
+        words = src[offset + 4 * blk * wpl:offset + 4 * (blk + 1) * wpl].view(np.uint32)
         for i in range(32):
-            j0 = blk * FIELD_BLOCK + i * LANES
-            unpack_row(words, i, width, values[j0:j0 + LANES])
-    unpack_fixed_width(src, offset + 4 * nb * width * LANES, width, values[nb * FIELD_BLOCK:])
+            bit = i * width
+            k = bit >> 5
+            sh = np.uint32(bit & 31)
+            vi = v[i * LANES:(i + 1) * LANES]
+            wk = words[k * LANES:(k + 1) * LANES]
+            if (bit & 31) + width > 32:
+                back = np.uint32(32) - sh
+                wk1 = words[(k + 1) * LANES:(k + 2) * LANES]
+                for l in range(LANES):
+                    vi[l] = ((wk[l] >> sh) | (wk1[l] << back)) & mask
+            else:
+                for l in range(LANES):
+                    vi[l] = (wk[l] >> sh) & mask
+    unpack_fixed_width(src, offset + 4 * nb * wpl, width, values[nb * FIELD_BLOCK:])
 
 
 @njit(cache=True)
@@ -346,7 +333,6 @@ def _swar_any_above(src, offset, nbytes, width, limit):
     h = 2^(width−1), a field is > limit iff (limit < h) b or r + (h − 1 − limit) ≥ h, or
     (limit ≥ h) b and r + (2^width − 1 − limit) ≥ h — carries never cross a field."""
     per = 64 // width
-    top = np.uint64(0)
     unit = np.uint64(0)
     for t in range(per):
         unit |= np.uint64(1) << np.uint64(t * width)
