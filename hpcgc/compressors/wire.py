@@ -41,6 +41,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import PayloadError
+from .simd import LANES, extract_row, shl_row, shr_row
 
 if sys.byteorder != "little":  # pragma: no cover - every current HPC platform is little-endian
     raise ImportError("hpcgc.compressors assumes a little-endian host (wire format is little-endian)")
@@ -55,8 +56,8 @@ TRITS_PER_BYTE = 5
 CHUNK = 5120
 """Entries per chunk in the dithering kernels: a multiple of 5 and of ``FIELD_BLOCK``, so every
 chunk starts on a byte boundary of the trit stream and on a block boundary of any field stream."""
-LANES = 32
-"""Lanes of the blocked field layout (:func:`pack_fields`): 32 uint32 words, two 512-bit vectors."""
+# LANES (imported from .simd): lanes of the blocked field layout (:func:`pack_fields`), 32 uint32
+# words, two 512-bit vectors.
 FIELD_BLOCK = 32 * LANES
 
 _HEADER_DTYPE = np.dtype([("fmt", "u1"), ("flags", "u1"), ("fp", "<u2"), ("d", "<u4")])
@@ -258,56 +259,46 @@ def pack_fields(values, width, out, offset):
     """Write ``values[i]`` (< 2**width, 1 ≤ width ≤ 32) into ``out[offset:]`` in the blocked
     layout (module docstring): full blocks of ``FIELD_BLOCK`` fields vertically, 4·width·LANES
     bytes each, then the tail LSB-first (:func:`pack_fixed_width`). Writes exactly
-    ``ceil(len(values)*width/8)`` bytes. The inner loops run over the LANES lanes with the same
-    shift, so they compile to vector shifts and ORs."""
+    ``ceil(len(values)*width/8)`` bytes. Row i of a block (its fields i·LANES … (i+1)·LANES − 1)
+    goes to word row ⌊i·w/32⌋ shifted left by i·w mod 32, and its bits beyond the word to the
+    next word row: one vector shift per row (:mod:`.simd`). A word row's first write stores,
+    later ones OR."""
     n = values.shape[0]
     nb = n // FIELD_BLOCK
     wpl = width * LANES                       # words per block
+    words = out[offset:offset + 4 * nb * wpl].view(np.uint32)
     for blk in range(nb):
-        v = values[blk * FIELD_BLOCK:(blk + 1) * FIELD_BLOCK]
-        words = out[offset + 4 * blk * wpl:offset + 4 * (blk + 1) * wpl].view(np.uint32)
-        words[:] = 0
+        wb = blk * wpl
+        vb = blk * FIELD_BLOCK
         for i in range(32):
             bit = i * width
             k = bit >> 5
-            sh = np.uint32(bit & 31)
-            vi = v[i * LANES:(i + 1) * LANES]
-            wk = words[k * LANES:(k + 1) * LANES]
-            for l in range(LANES):
-                wk[l] |= np.uint32(vi[l]) << sh
-            if (bit & 31) + width > 32:
-                back = np.uint32(32) - sh
-                wk1 = words[(k + 1) * LANES:(k + 2) * LANES]
-                for l in range(LANES):
-                    wk1[l] |= np.uint32(vi[l]) >> back
+            sh = bit & 31
+            shl_row(words, wb + k * LANES, values, vb + i * LANES, sh, sh != 0)
+            if sh + width > 32:
+                shr_row(words, wb + (k + 1) * LANES, values, vb + i * LANES, 32 - sh)
     pack_fixed_width(values[nb * FIELD_BLOCK:], width, out, offset + 4 * nb * wpl)
 
 
 @njit(cache=True)
 def unpack_fields(src, offset, width, values):
     """Inverse of :func:`pack_fields`: fill ``values`` from ``src[offset:]`` (reads exactly
-    ``ceil(len(values)*width/8)`` bytes); the same lane loops, one shift for all lanes."""
+    ``ceil(len(values)*width/8)`` bytes); one vector shift-and-mask per row (two for a row that
+    straddles two word rows)."""
     n = values.shape[0]
     nb = n // FIELD_BLOCK
     wpl = width * LANES
     mask = np.uint32((np.uint64(1) << np.uint64(width)) - np.uint64(1))
+    words = src[offset:offset + 4 * nb * wpl].view(np.uint32)
     for blk in range(nb):
-        v = values[blk * FIELD_BLOCK:(blk + 1) * FIELD_BLOCK]
-        words = src[offset + 4 * blk * wpl:offset + 4 * (blk + 1) * wpl].view(np.uint32)
+        wb = blk * wpl
+        vb = blk * FIELD_BLOCK
         for i in range(32):
             bit = i * width
             k = bit >> 5
-            sh = np.uint32(bit & 31)
-            vi = v[i * LANES:(i + 1) * LANES]
-            wk = words[k * LANES:(k + 1) * LANES]
-            if (bit & 31) + width > 32:
-                back = np.uint32(32) - sh
-                wk1 = words[(k + 1) * LANES:(k + 2) * LANES]
-                for l in range(LANES):
-                    vi[l] = ((wk[l] >> sh) | (wk1[l] << back)) & mask
-            else:
-                for l in range(LANES):
-                    vi[l] = (wk[l] >> sh) & mask
+            sh = bit & 31
+            nxt = wb + (k + 1) * LANES if sh + width > 32 else -1
+            extract_row(values, vb + i * LANES, words, wb + k * LANES, nxt, sh, mask)
     unpack_fixed_width(src, offset + 4 * nb * wpl, width, values[nb * FIELD_BLOCK:])
 
 
