@@ -882,6 +882,25 @@ def test_pack_unpack_blocked_fields(n, width, offset, seed):
         assert wire.fields_above(out, offset, n, width, limit) == bool(np.any(v > limit))   # SWAR path for 1, 2, 4, 8
 
 
+@pytest.mark.parametrize("width", range(1, 33))
+def test_blocked_fields_every_width(width):
+    """Every width through the explicit-SIMD rows (compressors/simd.py), on a buffer of garbage
+    (a word row's first write must store, not OR) at an unaligned offset: bytes equal the numpy
+    transcription and unpack inverts pack, with all-ones fields (every bit of every row set)."""
+    n = 2 * wire.FIELD_BLOCK + 5
+    for v in (np.random.default_rng(width).integers(0, 2**width, n).astype(np.uint32),
+              np.full(n, 2**width - 1, dtype=np.uint32)):
+        nbytes = wire.packed_bytes(n, width)
+        out = np.full(3 + nbytes + 1, 0xFF, dtype=np.uint8)
+        out[3:3 + nbytes] = 0x5A
+        wire.pack_fields(v, width, out, 3)
+        np.testing.assert_array_equal(out[3:3 + nbytes], reference.pack_blocked(v, width))
+        assert out[:3].tolist() == [0xFF] * 3 and out[-1] == 0xFF
+        back = np.full(n, 0xDEADBEEF, dtype=np.uint32)
+        wire.unpack_fields(out, 3, width, back)
+        np.testing.assert_array_equal(back, v)
+
+
 @pytest.mark.parametrize("width", [1, 2, 4, 8])
 def test_fields_above_swar_finds_one_bad_field(width):
     """The SWAR validation flags a single out-of-range field anywhere: every position of a stream
