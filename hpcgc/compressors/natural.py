@@ -51,7 +51,7 @@ from .prng import TWO32, mix64, uniform_at, uniforms32
 from .qsgd import BucketDither
 from .randk import sample_and_gather
 from .sparse import FixedKSparse
-from .wire import CHUNK, pack_fields, unpack_fields
+from .wire import CHUNK, le_word, pack_fields, unpack_fields
 
 _MAG = np.uint64(0x7FFFFFFFFFFFFFFF)
 _MANT = np.uint64(0x000FFFFFFFFFFFFF)
@@ -229,19 +229,21 @@ def natural_decode(lo, hi, n, fp64, lut, idx, scale, out, weight, accumulate):
 def natural_decode32_dense(lo, hi, n, s, out, accumulate):
     """Fast path of :func:`natural_decode` for dense fp32 blocks: the value ±2^(e−127) is the
     float32 whose bits are sign << 31 | e << 23 (e = 0 gives 0; 255 was rejected before), built
-    with integer ops (no table gather), 8 entries per sign byte."""
-    for g in range(n // 8):
-        sb = np.uint32(hi[g])
-        lc = lo[8 * g:8 * g + 8]
-        oc = out[8 * g:8 * g + 8]
-        for t in range(8):
-            bits = np.uint32((np.uint32(lc[t]) << np.uint32(23)) | (((sb >> np.uint32(t)) & np.uint32(1)) << np.uint32(31)))
+    with integer ops (no table gather), 64 entries per little-endian word of sign bits
+    (:func:`.wire.le_word`)."""
+    n64 = n // 64
+    for g in range(n64):
+        w = le_word(hi, 8 * g)
+        for t in range(64):
+            i = 64 * g + t
+            neg = np.uint32((w >> np.uint64(t)) & np.uint64(1))
+            bits = np.uint32((np.uint32(lo[i]) << np.uint32(23)) | (neg << np.uint32(31)))
             v = s * np.float64(bits.view(np.float32))
             if accumulate:
-                oc[t] += v
+                out[i] += v
             else:
-                oc[t] = v
-    for i in range(n - n % 8, n):
+                out[i] = v
+    for i in range(64 * n64, n):
         neg = (np.uint32(hi[i >> 3]) >> np.uint32(i & 7)) & np.uint32(1)
         bits = np.uint32((np.uint32(lo[i]) << np.uint32(23)) | (neg << np.uint32(31)))
         v = s * np.float64(bits.view(np.float32))
@@ -353,15 +355,17 @@ class NaturalRandK(DecodeInto, FixedKSparse):
 # natural dithering
 # ------------------------------------------------------------------------------------------------
 
-@njit(cache=True)
-def natural_dither(x, u, inv, s, fields):
-    """fields[q] = l << 1 | sign (equal-length slices): r = |x_q|·inv ∈ [0, 1] rounded unbiasedly
-    to the neighbouring levels of {0, 2^{1−s}, …, 1/2, 1}; level index l (value 2^{l−s}, 0 for
-    l = 0). With 2^e ≤ r < 2^{e+1}, l = e + s + [u_q < round(f·2^32)], f = r/2^e − 1 the mantissa
-    fraction (top 32 bits of the float64 mantissa, rounded); below the smallest non-zero level,
-    l = [u_q < round(r·2^{s−1}·2^32)]. u_q: uniform 32-bit integers (:func:`.prng.uniforms32`)."""
+@njit(cache=True, inline="always")
+def natural_dither(x, u, fields, start, n, inv, s):
+    """fields[q] = l << 1 | sign for q = start … start + n − 1 (uint64; x, u, fields are one
+    chunk): r = |x_q|·inv ∈ [0, 1] rounded unbiasedly to the neighbouring levels of
+    {0, 2^{1−s}, …, 1/2, 1}; level index l (value 2^{l−s}, 0 for l = 0). With 2^e ≤ r < 2^{e+1},
+    l = e + s + [u_q < round(f·2^32)], f = r/2^e − 1 the mantissa fraction (top 32 bits of the
+    float64 mantissa, rounded); below the smallest non-zero level, l = [u_q < round(r·2^{s−1}·2^32)].
+    u_q: uniform 32-bit integers (:func:`.prng.uniforms32`)."""
     low = 2.0 ** (s - 1) * TWO32             # r < 2^{1−s}: l = 1 with probability r·2^{s−1}
-    for q in range(fields.shape[0]):
+    for t in range(n):
+        q = start + t
         v = np.float64(x[q])
         r = abs(v) * inv
         b = np.float64(r).view(np.uint64)
@@ -384,22 +388,24 @@ def natural_dither_pack(x, bucket, scales, s, width, seed, out, offset):
     for c0 in range(0, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
         uniforms32(seed, c0, u[:c1 - c0])
+        xc = x[c0:c1]
         i = c0
         while i < c1:
             l = i // bucket
             e = min((l + 1) * bucket, c1)
             sc = scales[l]
-            natural_dither(x[i:e], u[i - c0:e - c0], 1.0 / sc if sc > 0.0 else 0.0, s, fields[i - c0:e - c0])
+            natural_dither(xc, u, fields, np.uint64(i - c0), np.uint64(e - i), 1.0 / sc if sc > 0.0 else 0.0, s)
             i = e
         pack_fields(fields[:c1 - c0], width, out, offset + (c0 * width) // 8)
 
 
-@njit(cache=True)
-def natural_dither_values(fields, sc, s, out, accumulate):
-    """out[q] (+)= ±sc·2^{l−s} (0 for l = 0), (l, sign) from fields[q]; 2^{l−s} is built from its
-    float64 bits ((l − s + 1023) << 52, sign in bit 63; l = 0 is multiplied by 0), no table
-    gather."""
-    for q in range(out.shape[0]):
+@njit(cache=True, inline="always")
+def natural_dither_values(fields, out, start, n, sc, s, accumulate):
+    """out[q] (+)= ±sc·2^{l−s} (0 for l = 0), (l, sign) from fields[q], for q = start … start + n − 1
+    (uint64; fields and out are one chunk); 2^{l−s} is built from its float64 bits
+    ((l − s + 1023) << 52, sign in bit 63; l = 0 is multiplied by 0), no table gather."""
+    for t in range(n):
+        q = start + t
         f = np.int64(fields[q])
         lev = f >> 1
         bits = np.uint64(((lev - s + 1023) << 52) | ((f & 1) << 63))
@@ -418,11 +424,12 @@ def natural_dither_decode(src, offset, d, bucket, scales, s, width, out, weight,
     for c0 in range(0, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
         unpack_fields(src, offset + (c0 * width) // 8, width, fields[:c1 - c0])
+        oc = out[c0:c1]
         i = c0
         while i < c1:
             l = i // bucket
             e = min((l + 1) * bucket, c1)
-            natural_dither_values(fields[i - c0:e - c0], scales[l] * w, s, out[i:e], accumulate)
+            natural_dither_values(fields, oc, np.uint64(i - c0), np.uint64(e - i), scales[l] * w, s, accumulate)
             i = e
 
 

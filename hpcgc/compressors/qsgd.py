@@ -38,12 +38,15 @@ from .prng import TWO32, uniforms32
 from .wire import CHUNK, pack_fields, unpack_fields
 
 
-@njit(cache=True)
-def qsgd_dither(x, u, scale32, s, fields):
-    """fields[q] = level << 1 | sign (equal-length slices): with r = |x_q|·s/scale, level =
-    ⌊r⌋ + [u_q < frac(r)·2^32] = ⌊(R + u_q)/2^32⌋, R = round(r·2^32) = round(|x_q|·scale32),
-    capped at s; u_q a uniform 32-bit integer (:func:`.prng.uniforms32`)."""
-    for q in range(fields.shape[0]):
+@njit(cache=True, inline="always")
+def qsgd_dither(x, u, fields, start, n, scale32, s):
+    """fields[q] = level << 1 | sign for q = start … start + n − 1 (uint64; x, u, fields are one
+    chunk): with r = |x_q|·s/scale, level = ⌊r⌋ + [u_q < frac(r)·2^32] = ⌊(R + u_q)/2^32⌋,
+    R = round(r·2^32) = round(|x_q|·scale32), capped at s; u_q a uniform 32-bit integer
+    (:func:`.prng.uniforms32`). Inlined into the chunk loop, unsigned indices: see
+    ``docs/compressors.md``, Kernel notes."""
+    for t in range(n):
+        q = start + t
         v = np.float64(x[q])
         lev = min((np.int64(abs(v) * scale32 + 0.5) + np.int64(u[q])) >> 32, s)
         fields[q] = (lev << 1) | np.int64((v < 0.0) & (lev > 0))
@@ -56,12 +59,13 @@ def qsgd_dither_chunk(x, c0, c1, bucket, scales, s, seed, fields, u):
     c0). Both level codes (fixed and Elias) dither through here, so they decode to
     the same vector. ``u`` is scratch of ≥ c1 − c0 entries."""
     uniforms32(seed, c0, u[:c1 - c0])
+    xc = x[c0:c1]
     i = c0
     while i < c1:
         l = i // bucket
         e = min((l + 1) * bucket, c1)
         sc = scales[l]
-        qsgd_dither(x[i:e], u[i - c0:e - c0], TWO32 * s / sc if sc > 0.0 else 0.0, s, fields[i - c0:e - c0])
+        qsgd_dither(xc, u, fields, np.uint64(i - c0), np.uint64(e - i), TWO32 * s / sc if sc > 0.0 else 0.0, s)
         i = e
 
 
@@ -78,13 +82,14 @@ def qsgd_dither_pack(x, bucket, scales, s, width, seed, out, offset):
         pack_fields(fields[:c1 - c0], width, out, offset + (c0 * width) // 8)
 
 
-@njit(cache=True)
-def qsgd_values(fields, unit, out, accumulate):
-    """out[q] (+)= ±level·unit, (level, sign) from fields[q] (equal-length slices; ``unit``
-    includes the weight when accumulating). The signed level is formed in integers (int64: s may
-    be up to 2^31 − 1):
+@njit(cache=True, inline="always")
+def qsgd_values(fields, out, start, n, unit, accumulate):
+    """out[q] (+)= ±level·unit, (level, sign) from fields[q], for q = start … start + n − 1
+    (uint64; fields and out are one chunk; ``unit`` includes the weight when accumulating). The
+    signed level is formed in integers (int64: s may be up to 2^31 − 1):
     (level ^ −sign) + sign = ±level, then one conversion and one multiply per entry."""
-    for q in range(out.shape[0]):
+    for t in range(n):
+        q = start + t
         f = np.int64(fields[q])
         neg = f & 1
         v = np.float64(((f >> 1) ^ -neg) + neg) * unit
@@ -105,11 +110,12 @@ def qsgd_unpack_decode(src, offset, d, bucket, units, width, out, weight, accumu
     for c0 in range(0, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
         unpack_fields(src, offset + (c0 * width) // 8, width, fields[:c1 - c0])
+        oc = out[c0:c1]
         i = c0
         while i < c1:
             l = i // bucket
             e = min((l + 1) * bucket, c1)
-            qsgd_values(fields[i - c0:e - c0], units[l] * w, out[i:e], accumulate)
+            qsgd_values(fields, oc, np.uint64(i - c0), np.uint64(e - i), units[l] * w, accumulate)
             i = e
 
 

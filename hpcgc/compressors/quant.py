@@ -36,12 +36,15 @@ from .prng import TWO32, uniforms32
 from .wire import CHUNK, TRITS_PER_BYTE, pack_trits, unpack_trits
 
 
-@njit(cache=True)
-def ternary_dither(x, u, inv32, trits):
-    """trits[q] = ξ·(1 + [x_q < 0]) (equal-length slices), ξ = [u_q < round(|x_q|·inv32)]
-    ~ Bernoulli(|x_q|/scale) with inv32 = 2^32/scale and u_q a uniform 32-bit integer
-    (:func:`.prng.uniforms32`): P[ξ = 1] is |x_q|/scale rounded to 32 fractional bits."""
-    for q in range(trits.shape[0]):
+@njit(cache=True, inline="always")
+def ternary_dither(x, u, trits, start, n, inv32):
+    """trits[q] = ξ·(1 + [x_q < 0]) for q = start … start + n − 1 (uint64; x, u, trits are one
+    chunk), ξ = [u_q < round(|x_q|·inv32)] ~ Bernoulli(|x_q|/scale) with inv32 = 2^32/scale and
+    u uniform 32-bit integers (:func:`.prng.uniforms32`): P[ξ = 1] is |x_q|/scale rounded to 32
+    fractional bits. Inlined into the chunk loop, unsigned indices: see ``docs/compressors.md``,
+    Kernel notes."""
+    for t in range(n):
+        q = start + t
         v = np.float64(x[q])
         xi = np.int64(np.int64(u[q]) < np.int64(abs(v) * inv32 + 0.5))
         trits[q] = xi * (1 + np.int64(v < 0.0))
@@ -57,28 +60,29 @@ def ternary_dither_pack(x, block, scales, seed, out, offset):
     for c0 in range(0, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
         uniforms32(seed, c0, u[:c1 - c0])
+        xc = x[c0:c1]
         i = c0
         while i < c1:                       # the blocks that intersect this chunk
             l = i // block
             e = min((l + 1) * block, c1)
             sc = scales[l]
-            ternary_dither(x[i:e], u[i - c0:e - c0], TWO32 / sc if sc > 0.0 else 0.0, trits[i - c0:e - c0])
+            ternary_dither(xc, u, trits, np.uint64(i - c0), np.uint64(e - i), TWO32 / sc if sc > 0.0 else 0.0)
             i = e
         pack_trits(trits[:c1 - c0], out, offset + c0 // TRITS_PER_BYTE)
 
 
-@njit(cache=True)
-def ternary_values(trits, u, out, weight, accumulate):
-    """out[q] (+)= weight·u·(0, +1, −1)[trits[q]] (equal-length slices)."""
-    if accumulate:
-        wu = weight * u
-        for q in range(out.shape[0]):
-            t = np.int64(trits[q])
-            out[q] += wu * ((t & 1) - (t >> 1))
-    else:
-        for q in range(out.shape[0]):
-            t = np.int64(trits[q])
-            out[q] = u * ((t & 1) - (t >> 1))
+@njit(cache=True, inline="always")
+def ternary_values(trits, out, start, n, u, weight, accumulate):
+    """out[q] (+)= weight·u·(0, +1, −1)[trits[q]] for q = start … start + n − 1 (uint64; trits and
+    out are one chunk)."""
+    wu = weight * u if accumulate else u
+    for t in range(n):
+        q = start + t
+        tt = np.int64(trits[q])
+        if accumulate:
+            out[q] += wu * ((tt & 1) - (tt >> 1))
+        else:
+            out[q] = wu * ((tt & 1) - (tt >> 1))
 
 
 @njit(cache=True)
@@ -92,11 +96,12 @@ def ternary_unpack_decode(src, offset, d, block, scales, out, weight, accumulate
     for c0 in range(0, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
         unpack_trits(src, offset + c0 // TRITS_PER_BYTE, trits[:c1 - c0])
+        oc = out[c0:c1]
         i = c0
         while i < c1:
             l = i // block
             e = min((l + 1) * block, c1)
-            ternary_values(trits[i - c0:e - c0], scales[l], out[i:e], weight, accumulate)
+            ternary_values(trits, oc, np.uint64(i - c0), np.uint64(e - i), scales[l], weight, accumulate)
             i = e
 
 

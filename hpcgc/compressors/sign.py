@@ -25,6 +25,7 @@ from numba import njit
 from ..errors import PayloadError
 from . import wire
 from .base import FP64_PARAM, Compressor, DecodeInto
+from .wire import le_word
 
 
 @njit(cache=True)
@@ -72,36 +73,26 @@ def abs_sum(x):
     return (a0 + a1) + (a2 + a3)
 
 
-SIGN_LUT = np.array([[1.0 - 2.0 * ((v >> t) & 1) for t in range(8)] for v in range(256)])
-"""SIGN_LUT[byte, t] = ±1 for bit t of the byte: a decoded byte is one contiguous 8-double row."""
-
-
 @njit(cache=True)
-def sign_unpack_decode(src, offset, d, scale, out, weight, accumulate, lut):
+def sign_unpack_decode(src, offset, d, scale, out, weight, accumulate):
     """out[j] (+)= weight·scale·(1 − 2·bit_j) (``accumulate``), else out[j] = scale·(1 − 2·bit_j);
-    ``lut`` = SIGN_LUT."""
-    n8 = d // 8
-    if accumulate:
-        s = weight * scale
-        for g in range(n8):
-            row = lut[src[offset + g]]
-            ob = out[8 * g:8 * g + 8]
-            for t in range(8):
-                ob[t] += s * row[t]
-    else:
-        s = scale
-        for g in range(n8):
-            row = lut[src[offset + g]]
-            ob = out[8 * g:8 * g + 8]
-            for t in range(8):
-                ob[t] = s * row[t]
-    if n8 * 8 < d:
-        row = lut[src[offset + n8]]
-        for t in range(d - n8 * 8):
+    64 entries per little-endian word of the bit stream (:func:`.wire.le_word`)."""
+    s = weight * scale if accumulate else scale
+    n64 = d // 64
+    for g in range(n64):
+        w = le_word(src, offset + 8 * g)
+        for t in range(64):
+            v = s * np.float64(1 - 2 * np.int64((w >> np.uint64(t)) & np.uint64(1)))
             if accumulate:
-                out[8 * n8 + t] += weight * scale * row[t]
+                out[64 * g + t] += v
             else:
-                out[8 * n8 + t] = scale * row[t]
+                out[64 * g + t] = v
+    for j in range(64 * n64, d):
+        v = s * np.float64(1 - 2 * ((np.int64(src[offset + (j >> 3)]) >> (j & 7)) & 1))
+        if accumulate:
+            out[j] += v
+        else:
+            out[j] = v
 
 
 def sign_keys(x: np.ndarray):
@@ -159,7 +150,7 @@ class Sign(DecodeInto, Compressor):
         self._check(payload, d)
         scale = self._scale_of(payload)
         sign_unpack_decode(payload, wire.HEADER_BYTES + self._prefix_bytes(), d, scale, out, weight,
-                           accumulate, SIGN_LUT)
+                           accumulate)
 
 
 class ScaledSign(Sign):

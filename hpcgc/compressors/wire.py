@@ -182,6 +182,18 @@ def trit_bytes(n: int) -> int:
 # ------------------------------------------------------------------------------------------------
 
 @njit(cache=True)
+def le_word(src, i):
+    """The little-endian uint64 made of ``src[i:i + 8]`` (bit 8b + t is bit t of src[i + b]): 64
+    bits of a 1-bit-per-entry stream at once. Decoders loop over the 64 entries of a word with the
+    shift as loop variable (``(w >> t) & 1``), which vectorises; indexing the byte of each entry
+    (``src[i >> 3] >> (i & 7)``) does not."""
+    w = np.uint64(0)
+    for b in range(8):
+        w |= np.uint64(src[i + b]) << np.uint64(8 * b)
+    return w
+
+
+@njit(cache=True)
 def pack_fixed_width(values, width, out, offset):
     """Write ``values[i]`` (non-negative, < 2**width, width ≤ 32) LSB-first into ``out[offset:]``.
 
