@@ -390,12 +390,13 @@ def natural_dither_pack(x, bucket, scales, s, width, seed, out, offset):
         uniforms32(seed, c0, u[:c1 - c0])
         xc = x[c0:c1]
         i = c0
+        l = c0 // bucket                  # then l += 1: no division per bucket
         while i < c1:
-            l = i // bucket
             e = min((l + 1) * bucket, c1)
             sc = scales[l]
             natural_dither(xc, u, fields, np.uint64(i - c0), np.uint64(e - i), 1.0 / sc if sc > 0.0 else 0.0, s)
             i = e
+            l += 1
         pack_fields(fields[:c1 - c0], width, out, offset + (c0 * width) // 8)
 
 
@@ -426,11 +427,12 @@ def natural_dither_decode(src, offset, d, bucket, scales, s, width, out, weight,
         unpack_fields(src, offset + (c0 * width) // 8, width, fields[:c1 - c0])
         oc = out[c0:c1]
         i = c0
+        l = c0 // bucket                  # then l += 1: no division per bucket
         while i < c1:
-            l = i // bucket
             e = min((l + 1) * bucket, c1)
             natural_dither_values(fields, oc, np.uint64(i - c0), np.uint64(e - i), scales[l] * w, s, accumulate)
             i = e
+            l += 1
 
 
 class NaturalDither(BucketDither):

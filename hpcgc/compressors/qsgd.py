@@ -61,12 +61,13 @@ def qsgd_dither_chunk(x, c0, c1, bucket, scales, s, seed, fields, u):
     uniforms32(seed, c0, u[:c1 - c0])
     xc = x[c0:c1]
     i = c0
+    l = c0 // bucket                      # then l += 1: no division per bucket
     while i < c1:
-        l = i // bucket
         e = min((l + 1) * bucket, c1)
         sc = scales[l]
         qsgd_dither(xc, u, fields, np.uint64(i - c0), np.uint64(e - i), TWO32 * s / sc if sc > 0.0 else 0.0, s)
         i = e
+        l += 1
 
 
 @njit(cache=True)
@@ -112,11 +113,12 @@ def qsgd_unpack_decode(src, offset, d, bucket, units, width, out, weight, accumu
         unpack_fields(src, offset + (c0 * width) // 8, width, fields[:c1 - c0])
         oc = out[c0:c1]
         i = c0
+        l = c0 // bucket                  # then l += 1: no division per bucket
         while i < c1:
-            l = i // bucket
             e = min((l + 1) * bucket, c1)
             qsgd_values(fields, oc, np.uint64(i - c0), np.uint64(e - i), units[l] * w, accumulate)
             i = e
+            l += 1
 
 
 class BucketDither(Compressor):

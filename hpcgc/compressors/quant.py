@@ -62,12 +62,13 @@ def ternary_dither_pack(x, block, scales, seed, out, offset):
         uniforms32(seed, c0, u[:c1 - c0])
         xc = x[c0:c1]
         i = c0
+        l = c0 // block                   # then l += 1: no division per block
         while i < c1:                       # the blocks that intersect this chunk
-            l = i // block
             e = min((l + 1) * block, c1)
             sc = scales[l]
             ternary_dither(xc, u, trits, np.uint64(i - c0), np.uint64(e - i), TWO32 / sc if sc > 0.0 else 0.0)
             i = e
+            l += 1
         pack_trits(trits[:c1 - c0], out, offset + c0 // TRITS_PER_BYTE)
 
 
@@ -98,11 +99,12 @@ def ternary_unpack_decode(src, offset, d, block, scales, out, weight, accumulate
         unpack_trits(src, offset + c0 // TRITS_PER_BYTE, trits[:c1 - c0])
         oc = out[c0:c1]
         i = c0
+        l = c0 // block                   # then l += 1: no division per block
         while i < c1:
-            l = i // block
             e = min((l + 1) * block, c1)
             ternary_values(trits, oc, np.uint64(i - c0), np.uint64(e - i), scales[l], weight, accumulate)
             i = e
+            l += 1
 
 
 class Quant(Compressor):
