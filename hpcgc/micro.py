@@ -117,11 +117,25 @@ def _timed(fn, repeat: int, warmup: int, budget: float, min_runs: int, after=Non
     """Run ``fn`` warm-up times untimed, then up to ``repeat`` timed runs (fewer once ``budget``
     seconds have passed and ``min_runs`` are done); the seconds of each timed run. ``after`` is
     called, untimed, with the result of each timed run."""
+    return _timed_with(fn, (), repeat, warmup, budget, min_runs, after)[0]
+
+
+def _timed_with(fn, refs, repeat: int, warmup: int, budget: float, min_runs: int, after=None):
+    """:func:`_timed`, with reference functions ``refs`` (the copy/acc rooflines) each run and
+    timed right before every run of ``fn``, so that a kernel and its roofline see the same machine
+    state (a neighbour VM's burst moves both). Returns (times of fn, [times of each ref])."""
     for _ in range(warmup):
+        for ref in refs:
+            ref()
         fn()
-    times = []
+    times: list[float] = []
+    ref_times: list[list[float]] = [[] for _ in refs]
     start = time.perf_counter()
     for _ in range(max(1, repeat)):
+        for ref, rt in zip(refs, ref_times):
+            t0 = time.perf_counter()
+            ref()
+            rt.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         r = fn()
         times.append(time.perf_counter() - t0)
@@ -129,7 +143,12 @@ def _timed(fn, repeat: int, warmup: int, budget: float, min_runs: int, after=Non
             after(r)
         if len(times) >= min_runs and time.perf_counter() - start > budget:
             break
-    return np.array(times)
+    return np.array(times), [np.array(rt) for rt in ref_times]
+
+
+def _paired_ratio(ref_times: np.ndarray, times: np.ndarray) -> float:
+    """Median over runs of (reference time / kernel time), each pair measured back to back."""
+    return float(np.median(ref_times / times))
 
 
 def machine_info() -> str:
@@ -160,15 +179,25 @@ def _fmt(v, width: int, fmt: str) -> str:
 
 # -- one measurement -----------------------------------------------------------------------------
 
-def measure(c, x: np.ndarray, args, rng: np.random.Generator, copy_s: float, draws: int,
-            acc_s: float = math.nan) -> dict:
-    """All numbers of one table row for compressor ``c`` on input ``x``."""
+def measure(c, x: np.ndarray, args, rng: np.random.Generator, draws: int) -> dict:
+    """All numbers of one table row for compressor ``c`` on input ``x``. The copy and acc
+    rooflines are re-measured here, each run right before a run of the kernel (:func:`_timed_with`);
+    the ``/copy`` and ``/acc`` ratios are medians of those back-to-back pairs."""
     from .compressors import reference
+    from .compressors.identity import scaled_add
     d = x.shape[0]
     nbytes = 4.0 * d
     wire_bits: list[float] = []
     model_bits: list[float] = []
     last = []
+    dst = np.empty_like(x)
+    acc = np.zeros(d)
+
+    def copy():
+        np.copyto(dst, x)
+
+    def accumulate():
+        scaled_add(x, 1.0, acc)
 
     def record(p):
         # untimed; only the last payload is kept, so each compress allocates its payload the way
@@ -177,11 +206,15 @@ def measure(c, x: np.ndarray, args, rng: np.random.Generator, copy_s: float, dra
         model_bits.append(float(c.model_bits(p, d)))
         last[:] = [p]
 
-    t_comp = _timed(lambda: c.compress(x, rng), args.repeat, args.warmup, args.budget, 3, record)
+    t_comp, (t_copy1,) = _timed_with(lambda: c.compress(x, rng), (copy,), args.repeat, args.warmup,
+                                     args.budget, 3, record)
     p0 = last[0]
     out = np.zeros(d)
-    t_add = _timed(lambda: c.decompress_add(p0, d, out, 1.0), args.repeat, args.warmup, args.budget, 3)
+    t_add, (t_copy2, t_acc) = _timed_with(lambda: c.decompress_add(p0, d, out, 1.0), (copy, accumulate),
+                                          args.repeat, args.warmup, args.budget, 3)
     t_dec = _timed(lambda: c.decompress(p0, d), args.repeat, args.warmup, args.budget, 3)
+    copy_s = float(np.median(np.concatenate([t_copy1, t_copy2])))
+    acc_s = float(np.median(t_acc))
     wire = np.array(wire_bits)
     model = np.array(model_bits)
 
@@ -220,8 +253,8 @@ def measure(c, x: np.ndarray, args, rng: np.random.Generator, copy_s: float, dra
     row.update({
         "comp_gbps": nbytes / comp_s / 1e9, "comp_meps": d / comp_s / 1e6,
         "dec_add_gbps": nbytes / add_s / 1e9, "dec_gbps": nbytes / dec_s / 1e9,
-        "copy_gbps": nbytes / copy_s / 1e9, "comp_over_copy": copy_s / comp_s,
-        "dec_add_over_copy": copy_s / add_s, "dec_add_over_acc": acc_s / add_s,
+        "copy_gbps": nbytes / copy_s / 1e9, "comp_over_copy": _paired_ratio(t_copy1, t_comp),
+        "dec_add_over_copy": _paired_ratio(t_copy2, t_add), "dec_add_over_acc": _paired_ratio(t_acc, t_add),
         "np_comp_gbps": nbytes / row["np_compress_s"] / 1e9, "np_dec_gbps": nbytes / row["np_decompress_s"] / 1e9,
         "speedup_comp": row["np_compress_s"] / comp_s, "speedup_dec": row["np_decompress_s"] / dec_s,
         "model_bpe": row["model_bits"] / d, "wire_bpe": row["wire_bits"] / d,
@@ -358,8 +391,6 @@ def main(argv) -> int:
                     args.budget, 5)
         copy_rows.append({"d": d, "copy_s": float(np.median(t)), "copy_min_s": float(t.min()),
                           "acc_s": float(np.median(ta)), "acc_min_s": float(ta.min())})
-    copy_s = {r["d"]: r["copy_s"] for r in copy_rows}
-    acc_s = {r["d"]: r["acc_s"] for r in copy_rows}
 
     results = []
     t_start = time.perf_counter()
@@ -375,7 +406,7 @@ def main(argv) -> int:
         for d in sizes:
             c = compressors.make(expand_spec(spec, d))
             draws = int(min(args.draws, max(1, 2**20 // d)))
-            row = measure(c, xs[d], args, crng, copy_s[d], draws, acc_s[d])
+            row = measure(c, xs[d], args, crng, draws)
             row["spec"] = c.spec
             rows.append(row)
             print(table_row(row))
