@@ -922,18 +922,29 @@ def _packed(v, width):
     return out
 
 
-@given(st.lists(st.integers(0, 2), max_size=300))
+@given(st.one_of(st.integers(0, 40), st.integers(0, 3 * wire.TRIT_GROUP + 12)), st.integers(0, 2**32 - 1),
+       st.integers(0, 3))
 @settings(max_examples=60, deadline=None)
-def test_pack_unpack_trits(trits):
-    t = np.array(trits, dtype=np.uint8)
-    out = np.zeros(wire.trit_bytes(t.size), dtype=np.uint8)
-    wire.pack_trits(t, out, 0)
-    pad = np.r_[t, np.zeros(-t.size % 5, np.uint8)].reshape(-1, 5).astype(np.int64)
-    np.testing.assert_array_equal(out, pad @ (3 ** np.arange(5)))
-    back = np.empty_like(t)
-    assert wire.count_bad_trit_bytes(out, 0, out.size) == 0
-    wire.unpack_trits(out, 0, back)
+def test_pack_unpack_trits(n, seed, offset):
+    """The group-planar trit layout: bytes equal the independent numpy transcription
+    (reference.pack_trits_planar), exactly ⌈n/5⌉ bytes written, round trip."""
+    t = np.random.default_rng(seed).integers(0, 3, n).astype(np.uint8)
+    nbytes = wire.trit_bytes(n)
+    out = np.full(offset + nbytes + 1, 0xEE, dtype=np.uint8)
+    wire.pack_trits(t, out, offset)
+    assert np.all(out[:offset] == 0xEE) and out[-1] == 0xEE
+    np.testing.assert_array_equal(out[offset:offset + nbytes], reference.pack_trits_planar(t))
+    np.testing.assert_array_equal(reference.unpack_trits_planar(out[offset:offset + nbytes], n), t)
+    back = np.full(n, 7, dtype=np.uint8)
+    assert wire.count_bad_trit_bytes(out, offset, nbytes) == 0
+    wire.unpack_trits(out, offset, back)
     np.testing.assert_array_equal(back, t)
+
+
+def test_trit_digits_every_byte():
+    b = np.arange(243)
+    np.testing.assert_array_equal(np.array([wire.trit_digits(int(v)) for v in b]),
+                                  (b[:, None] // 3 ** np.arange(5)) % 3)
 
 
 def test_block_norm_kernels():

@@ -18,7 +18,8 @@ D^{∞,1}_sta); ``terngrad`` uses one block for the whole vector by default (its
 correspond to ``block`` = layer size; its clipping and scaler sharing are not implemented).
 
 Wire format (after the 8-byte header): m block norms (float32, or float64 with ``fp64=true``),
-then d trits (0: zero, 1: +norm, 2: −norm) packed 5 per byte, ⌈d/5⌉ bytes.
+then d trits (0: zero, 1: +norm, 2: −norm) packed 5 per byte, ⌈d/5⌉ bytes, group-planar
+(:func:`.wire.pack_trits`).
 Model bits: F·m + ⌈d·log₂3⌉ (`spec/diana.md` B.9, packed ternary).
 """
 from __future__ import annotations

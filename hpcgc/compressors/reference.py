@@ -128,6 +128,33 @@ def unpack_blocked(packed: np.ndarray, n: int, width: int) -> np.ndarray:
     return np.concatenate([head, unpack_fixed(packed[nbytes:], n - nb * wire.FIELD_BLOCK, width)])
 
 
+def pack_trits_planar(trits: np.ndarray) -> np.ndarray:
+    """The group-planar trit layout of ``wire.pack_trits``: per group of TRIT_GROUP trits, the
+    first 5B (B = ⌊m/5⌋) as a (5, B) matrix whose column q is byte q's base-3 digits, then the
+    m − 5B last trits in one more byte."""
+    parts = []
+    for g0 in range(0, trits.shape[0], wire.TRIT_GROUP):
+        t = trits[g0:g0 + wire.TRIT_GROUP].astype(np.int64)
+        nb = t.shape[0] // 5
+        parts.append((3 ** np.arange(5)) @ t[:5 * nb].reshape(5, nb))
+        if t.shape[0] > 5 * nb:
+            parts.append([(3 ** np.arange(t.shape[0] - 5 * nb)) @ t[5 * nb:]])
+    return np.concatenate(parts).astype(np.uint8) if parts else np.zeros(0, np.uint8)
+
+
+def unpack_trits_planar(packed: np.ndarray, n: int) -> np.ndarray:
+    """Inverse of :func:`pack_trits_planar`."""
+    digits = (packed.astype(np.int64)[:, None] // (3 ** np.arange(5))) % 3      # (bytes, 5)
+    out = []
+    for g0 in range(0, n, wire.TRIT_GROUP):
+        m = min(wire.TRIT_GROUP, n - g0)
+        nb = m // 5
+        dg = digits[g0 // 5:g0 // 5 + -(-m // 5)]
+        out.append(dg[:nb].T.reshape(-1))
+        out.append(dg[nb, :m - 5 * nb] if m > 5 * nb else np.zeros(0, np.int64))
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
 def _bucket_norms(x: np.ndarray, b: int, p) -> np.ndarray:
     d = x.shape[0]
     starts = np.arange(0, d, b)

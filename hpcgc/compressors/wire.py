@@ -25,7 +25,10 @@ l + 31·LANES`` of the block packed LSB-first into its words ``l, l + LANES, …
 layout of Lemire and Boytsov's SIMD-BP128); the remaining < ``FIELD_BLOCK`` fields follow
 LSB-first as above. Both layouts take exactly ``w`` bits per field. Ternary streams pack 5 trits per byte
 (``t0 + 3 t1 + 9 t2 + 27 t3 + 81 t4``, 3^5 = 243 ≤ 256): 1.6 bits per entry against the
-log₂3 ≈ 1.585 entropy bound.
+log₂3 ≈ 1.585 entropy bound. They are *group-planar* (:func:`pack_trits`): the stream is cut
+into groups of ``TRIT_GROUP`` = 5120 trits (the last may be shorter); a group of m trits, B =
+⌊m/5⌋, has in its byte q < B the trits q, B + q, 2B + q, 3B + q, 4B + q of the group (as
+t0 … t4), and its last m − 5B trits in byte B (t0 + 3 t1 + …, unused digits zero).
 
 The kernels are plain loops over contiguous arrays writing into caller-provided outputs; callers
 check every length before calling them, so a kernel never reads or writes out of bounds.
@@ -56,6 +59,8 @@ TRITS_PER_BYTE = 5
 CHUNK = 5120
 """Entries per chunk in the dithering kernels: a multiple of 5 and of ``FIELD_BLOCK``, so every
 chunk starts on a byte boundary of the trit stream and on a block boundary of any field stream."""
+TRIT_GROUP = CHUNK
+"""Trits per group of the group-planar trit layout (:func:`pack_trits`): 1024 bytes."""
 # LANES (imported from .simd): lanes of the blocked field layout (:func:`pack_fields`), 32 uint32
 # words, two 512-bit vectors.
 FIELD_BLOCK = 32 * LANES
@@ -376,44 +381,60 @@ def fields_above(src: np.ndarray, offset: int, n: int, width: int, limit: int) -
 
 @njit(cache=True)
 def pack_trits(trits, out, offset):
-    """Pack ``trits`` (values 0, 1, 2) 5 per byte into ``out[offset:]``; ceil(n/5) bytes."""
+    """Pack ``trits`` (values 0, 1, 2) 5 per byte into ``out[offset:]``, ⌈n/5⌉ bytes, in the
+    group-planar layout (module docstring): per group of ``TRIT_GROUP`` trits (the last may be
+    shorter) of m trits and B = ⌊m/5⌋, byte q < B = t_q + 3t_{B+q} + 9t_{2B+q} + 27t_{3B+q} +
+    81t_{4B+q}, and the last m − 5B trits fill byte B LSB-first in base 3. Five contiguous
+    streams per byte: the loop vectorises, and a decoder can write five contiguous runs."""
     n = trits.shape[0]
-    n5 = n // 5
-    for q in range(n5):
-        j = 5 * q
-        out[offset + q] = (np.int64(trits[j]) + 3 * np.int64(trits[j + 1]) + 9 * np.int64(trits[j + 2])
-                           + 27 * np.int64(trits[j + 3]) + 81 * np.int64(trits[j + 4]))
-    if n5 * 5 < n:
-        b = 0
-        mul = 1
-        for j in range(n5 * 5, n):
-            b += mul * np.int64(trits[j])
-            mul *= 3
-        out[offset + n5] = b
+    for g0 in range(0, n, TRIT_GROUP):
+        m = min(TRIT_GROUP, n - g0)
+        nb = m // 5
+        t = trits[g0:g0 + m]
+        o = out[offset + g0 // 5:offset + g0 // 5 + (m + 4) // 5]
+        t0, t1, t2, t3, t4 = t[:nb], t[nb:2 * nb], t[2 * nb:3 * nb], t[3 * nb:4 * nb], t[4 * nb:5 * nb]
+        for q in range(nb):
+            o[q] = np.uint8(np.int64(t0[q]) + 3 * np.int64(t1[q]) + 9 * np.int64(t2[q])
+                            + 27 * np.int64(t3[q]) + 81 * np.int64(t4[q]))
+        if 5 * nb < m:
+            b = 0
+            mul = 1
+            for j in range(5 * nb, m):
+                b += mul * np.int64(t[j])
+                mul *= 3
+            o[nb] = b
+
+
+@njit(cache=True, inline="always")
+def trit_digits(b):
+    """The five base-3 digits of a byte b < 243, lowest first (b // 3 = (171·b) >> 9 for b < 256:
+    a multiply, not a division, so loops over bytes vectorise). For b ≥ 243 the last digit is
+    clipped to 2."""
+    q1 = (b * 171) >> 9
+    q2 = (q1 * 171) >> 9
+    q3 = (q2 * 171) >> 9
+    q4 = (q3 * 171) >> 9
+    return b - 3 * q1, q1 - 3 * q2, q2 - 3 * q3, q3 - 3 * q4, min(q4, 2)
 
 
 @njit(cache=True)
 def unpack_trits(src, offset, trits):
-    """Inverse of :func:`pack_trits` (reads ceil(n/5) bytes). Bytes must be < 243 (the caller
-    checks with :func:`count_bad_trit_bytes`); a larger byte decodes to an unspecified trit ≤ 2."""
+    """Inverse of :func:`pack_trits` (reads ⌈n/5⌉ bytes). Bytes must be < 243 (the caller
+    checks with :func:`count_bad_trit_bytes`); a larger byte decodes to unspecified trits ≤ 2."""
     n = trits.shape[0]
-    n5 = n // 5
-    for q in range(n5):
-        b = np.int64(src[offset + q])
-        j = 5 * q
-        trits[j] = b % 3
-        b //= 3
-        trits[j + 1] = b % 3
-        b //= 3
-        trits[j + 2] = b % 3
-        b //= 3
-        trits[j + 3] = b % 3
-        trits[j + 4] = min(b // 3, 2)
-    if n5 * 5 < n:
-        b = np.int64(src[offset + n5])
-        for j in range(n5 * 5, n):
-            trits[j] = b % 3
-            b //= 3
+    for g0 in range(0, n, TRIT_GROUP):
+        m = min(TRIT_GROUP, n - g0)
+        nb = m // 5
+        t = trits[g0:g0 + m]
+        o = src[offset + g0 // 5:offset + g0 // 5 + (m + 4) // 5]
+        t0, t1, t2, t3, t4 = t[:nb], t[nb:2 * nb], t[2 * nb:3 * nb], t[3 * nb:4 * nb], t[4 * nb:5 * nb]
+        for q in range(nb):
+            t0[q], t1[q], t2[q], t3[q], t4[q] = trit_digits(np.int64(o[q]))
+        if 5 * nb < m:
+            b = np.int64(o[nb])
+            for j in range(5 * nb, m):
+                t[j] = b % 3
+                b //= 3
 
 
 @njit(cache=True)
