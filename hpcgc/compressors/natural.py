@@ -404,13 +404,13 @@ def natural_dither_pack(x, bucket, scales, s, width, seed, out, offset):
 def natural_dither_values(fields, out, start, n, sc, s, accumulate):
     """out[q] (+)= ±sc·2^{l−s} (0 for l = 0), (l, sign) from fields[q], for q = start … start + n − 1
     (uint64; fields and out are one chunk); 2^{l−s} is built from its float64 bits
-    ((l − s + 1023) << 52, sign in bit 63; l = 0 is multiplied by 0), no table gather."""
+    ((l − s + 1023) << 52, sign in bit 63; masked to +0.0 for l = 0), no table gather."""
     for t in range(n):
         q = start + t
         f = np.int64(fields[q])
         lev = f >> 1
-        bits = np.uint64(((lev - s + 1023) << 52) | ((f & 1) << 63))
-        v = (sc * np.float64(lev > 0)) * bits.view(np.float64)
+        bits = np.uint64((((lev - s + 1023) << 52) | ((f & 1) << 63)) & -np.int64(lev > 0))
+        v = sc * bits.view(np.float64)
         if accumulate:
             out[q] += v
         else:
