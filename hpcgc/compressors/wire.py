@@ -379,6 +379,18 @@ def fields_above(src: np.ndarray, offset: int, n: int, width: int, limit: int) -
     return fields_max(src, offset, n, width) > limit
 
 
+@njit(cache=True, inline="always")
+def trit_group(trits, stream, offset, g0):
+    """The trit group starting at trit g0 (a multiple of ``TRIT_GROUP``) of the stream at
+    ``stream[offset:]``: (its m trits, its ⌈m/5⌉ bytes, B = ⌊m/5⌋, and the five runs of B trits
+    that bytes 0 … B − 1 hold, as :func:`pack_trits` lays them out)."""
+    m = min(TRIT_GROUP, trits.shape[0] - g0)
+    nb = m // 5
+    t = trits[g0:g0 + m]
+    o = stream[offset + g0 // 5:offset + g0 // 5 + (m + 4) // 5]
+    return t, o, nb, t[:nb], t[nb:2 * nb], t[2 * nb:3 * nb], t[3 * nb:4 * nb], t[4 * nb:5 * nb]
+
+
 @njit(cache=True)
 def pack_trits(trits, out, offset):
     """Pack ``trits`` (values 0, 1, 2) 5 per byte into ``out[offset:]``, ⌈n/5⌉ bytes, in the
@@ -386,13 +398,9 @@ def pack_trits(trits, out, offset):
     shorter) of m trits and B = ⌊m/5⌋, byte q < B = t_q + 3t_{B+q} + 9t_{2B+q} + 27t_{3B+q} +
     81t_{4B+q}, and the last m − 5B trits fill byte B LSB-first in base 3. Five contiguous
     streams per byte: the loop vectorises, and a decoder can write five contiguous runs."""
-    n = trits.shape[0]
-    for g0 in range(0, n, TRIT_GROUP):
-        m = min(TRIT_GROUP, n - g0)
-        nb = m // 5
-        t = trits[g0:g0 + m]
-        o = out[offset + g0 // 5:offset + g0 // 5 + (m + 4) // 5]
-        t0, t1, t2, t3, t4 = t[:nb], t[nb:2 * nb], t[2 * nb:3 * nb], t[3 * nb:4 * nb], t[4 * nb:5 * nb]
+    for g0 in range(0, trits.shape[0], TRIT_GROUP):
+        t, o, nb, t0, t1, t2, t3, t4 = trit_group(trits, out, offset, g0)
+        m = t.shape[0]
         for q in range(nb):
             o[q] = np.uint8(np.int64(t0[q]) + 3 * np.int64(t1[q]) + 9 * np.int64(t2[q])
                             + 27 * np.int64(t3[q]) + 81 * np.int64(t4[q]))
@@ -421,13 +429,9 @@ def trit_digits(b):
 def unpack_trits(src, offset, trits):
     """Inverse of :func:`pack_trits` (reads ⌈n/5⌉ bytes). Bytes must be < 243 (the caller
     checks with :func:`count_bad_trit_bytes`); a larger byte decodes to unspecified trits ≤ 2."""
-    n = trits.shape[0]
-    for g0 in range(0, n, TRIT_GROUP):
-        m = min(TRIT_GROUP, n - g0)
-        nb = m // 5
-        t = trits[g0:g0 + m]
-        o = src[offset + g0 // 5:offset + g0 // 5 + (m + 4) // 5]
-        t0, t1, t2, t3, t4 = t[:nb], t[nb:2 * nb], t[2 * nb:3 * nb], t[3 * nb:4 * nb], t[4 * nb:5 * nb]
+    for g0 in range(0, trits.shape[0], TRIT_GROUP):
+        t, o, nb, t0, t1, t2, t3, t4 = trit_group(trits, src, offset, g0)
+        m = t.shape[0]
         for q in range(nb):
             t0[q], t1[q], t2[q], t3[q], t4[q] = trit_digits(np.int64(o[q]))
         if 5 * nb < m:
