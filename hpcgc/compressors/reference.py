@@ -4,7 +4,8 @@ micro-benchmark (``python -m hpcgc.bench micro`` reports the hpcgc/numpy speed-u
 Each reference is what a careful user would write with whole-array numpy operations: norms with
 ``np.linalg.norm``/``np.maximum.reduceat``, per-entry randomness from one ``uniforms(n)`` call
 (``rng.random(n)`` or ``rng.integers``), bits packed with ``np.packbits`` over a (n, width) bit matrix,
-top-k by ``np.argpartition``, random subsets by ``rng.choice(d, k, replace=False)``.
+top-k by ``np.argpartition``, random subsets by ``rng.choice(d, k, replace=False)``. As hpcgc's
+compressors do, :func:`compress` first rejects NaN/±Inf in the input (``np.isfinite(x).all()``).
 
 Per-entry randomness comes from a uniforms object: ``floats(n)`` (uniform doubles) and
 ``u32(d)`` (uniform 32-bit integers, the dithering kernels' fixed-point draws);
@@ -376,10 +377,16 @@ def has_reference(c) -> bool:
 
 
 def compress(c, x: np.ndarray, rng: np.random.Generator, uniforms=None):
-    """The numpy reference message for compressor ``c`` (uniforms default: ``rng.random``)."""
+    """The numpy reference message for compressor ``c`` (uniforms default: ``rng.random``).
+
+    Like ``Compressor.compress``, it first rejects NaN/±Inf (``np.isfinite(x).all()``): the
+    contract the benchmark compares includes that check, and hpcgc's kernels pay for it too."""
     if not has_reference(c):
         raise KeyError(f"no numpy reference for {c.spec}")
-    return REFERENCES[c.name][0](c, np.asarray(x), rng, uniforms or RngUniforms(rng))
+    x = np.asarray(x)
+    if not np.isfinite(x).all():
+        raise ValueError(f"{c.spec}: input contains NaN or Inf")
+    return REFERENCES[c.name][0](c, x, rng, uniforms or RngUniforms(rng))
 
 
 def decompress(c, msg, d: int) -> np.ndarray:
