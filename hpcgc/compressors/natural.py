@@ -42,16 +42,17 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from llvmlite import ir
 from numba import njit
 
 from ..errors import PayloadError
-from . import wire
+from . import simd, wire
 from .base import FP64_PARAM, Compressor, DecodeInto, Param
 from .prng import TWO32, mix64, uniform_at, uniforms32
 from .qsgd import BucketDither
 from .randk import sample_and_gather
 from .sparse import FixedKSparse
-from .wire import CHUNK, le_word, pack_fields, unpack_fields
+from .wire import CHUNK, le_word, pack_fields
 
 _MAG = np.uint64(0x7FFFFFFFFFFFFFFF)
 _MANT = np.uint64(0x000FFFFFFFFFFFFF)
@@ -417,22 +418,29 @@ def natural_dither_values(fields, out, start, n, sc, s, accumulate):
             out[q] = v
 
 
-@njit(cache=True)
-def natural_dither_decode(src, offset, d, bucket, scales, s, width, out, weight, accumulate):
-    """Decode d fields: value = ±scale_bucket·2^{l−s} (0 for l = 0)."""
-    fields = np.empty(CHUNK, dtype=np.uint32)
-    w = weight if accumulate else 1.0
-    for c0 in range(0, d, CHUNK):
-        c1 = min(c0 + CHUNK, d)
-        unpack_fields(src, offset + (c0 * width) // 8, width, fields[:c1 - c0])
-        oc = out[c0:c1]
-        i = c0
-        l = c0 // bucket                  # then l += 1: no division per bucket
-        while i < c1:
-            e = min((l + 1) * bucket, c1)
-            natural_dither_values(fields, oc, np.uint64(i - c0), np.uint64(e - i), scales[l] * w, s, accumulate)
-            i = e
-            l += 1
+def _natural_dither_row_values(builder, f, sc, s):
+    """IR of :func:`natural_dither_values` for one row: the float64 bits
+    ((l − s + 1023) << 52) | (sign << 63), zero where l = 0, × sc."""
+    i64row = ir.VectorType(ir.IntType(64), f.type.count)
+    one = simd.splat_i(builder, f.type, 1)
+    lev = builder.zext(builder.lshr(f, one), i64row)
+    sign = builder.zext(builder.and_(f, one), i64row)
+    sv = builder.insert_element(ir.Constant(i64row, ir.Undefined), s, ir.Constant(ir.IntType(32), 0))
+    sv = builder.shuffle_vector(sv, ir.Constant(i64row, ir.Undefined), ir.Constant(ir.VectorType(ir.IntType(32), f.type.count), None))
+    expo = builder.add(builder.sub(lev, sv), simd.splat_i(builder, i64row, 1023))
+    bits = builder.or_(builder.shl(expo, simd.splat_i(builder, i64row, 52)),
+                       builder.shl(sign, simd.splat_i(builder, i64row, 63)))
+    nonzero = builder.icmp_unsigned("!=", lev, simd.splat_i(builder, i64row, 0))
+    bits = builder.select(nonzero, bits, simd.splat_i(builder, i64row, 0))
+    return builder.fmul(builder.bitcast(bits, simd.F64ROW), simd.splat_f64(builder, sc))
+
+
+natural_dither_row = simd.row_decoder(_natural_dither_row_values)
+"""Fused decode of one row of natural-dither fields into out (:func:`.simd.row_decoder`)."""
+
+natural_dither_decode = wire.blocked_decoder(natural_dither_row, natural_dither_values)
+"""``natural_dither_decode(src, offset, d, bucket, scales, s, width, out, weight, accumulate)``:
+decode d fields, value = ±scale_bucket·2^{l−s} (0 for l = 0) (:func:`.wire.blocked_decoder`)."""
 
 
 class NaturalDither(BucketDither):

@@ -31,11 +31,11 @@ import numpy as np
 from numba import njit
 
 from ..errors import PayloadError
-from . import wire
+from . import simd, wire
 from .base import FP64_PARAM, Compressor, Param
 from .norms import n_blocks
 from .prng import TWO32, uniforms32
-from .wire import CHUNK, pack_fields, unpack_fields
+from .wire import CHUNK, pack_fields
 
 
 @njit(cache=True, inline="always")
@@ -84,7 +84,7 @@ def qsgd_dither_pack(x, bucket, scales, s, width, seed, out, offset):
 
 
 @njit(cache=True, inline="always")
-def qsgd_values(fields, out, start, n, unit, accumulate):
+def qsgd_values(fields, out, start, n, unit, _, accumulate):
     """out[q] (+)= ±level·unit, (level, sign) from fields[q], for q = start … start + n − 1
     (uint64; fields and out are one chunk; ``unit`` includes the weight when accumulating). The
     signed level is formed in integers (int64: s may be up to 2^31 − 1):
@@ -100,25 +100,23 @@ def qsgd_values(fields, out, start, n, unit, accumulate):
             out[q] = v
 
 
-@njit(cache=True)
-def qsgd_unpack_decode(src, offset, d, bucket, units, width, out, weight, accumulate):
-    """Decode d packed (level << 1 | sign) fields: value = ±level·units[bucket].
+def _qsgd_row_values(builder, f, unit, _):
+    """IR of :func:`qsgd_values` for one row: (level ^ −sign) + sign in i32, to double, × unit."""
+    one = simd.splat_i(builder, f.type, 1)
+    neg = builder.and_(f, one)
+    lev = builder.lshr(f, one)
+    signed = builder.add(builder.xor(lev, builder.sub(simd.splat_i(builder, f.type, 0), neg)), neg)
+    return builder.fmul(builder.sitofp(signed, simd.F64ROW), simd.splat_f64(builder, unit))
 
-    ``accumulate``: out += weight·value, else out = value (weight ignored).
-    """
-    w = weight if accumulate else 1.0
-    fields = np.empty(CHUNK, dtype=np.uint32)
-    for c0 in range(0, d, CHUNK):
-        c1 = min(c0 + CHUNK, d)
-        unpack_fields(src, offset + (c0 * width) // 8, width, fields[:c1 - c0])
-        oc = out[c0:c1]
-        i = c0
-        l = c0 // bucket                  # then l += 1: no division per bucket
-        while i < c1:
-            e = min((l + 1) * bucket, c1)
-            qsgd_values(fields, oc, np.uint64(i - c0), np.uint64(e - i), units[l] * w, accumulate)
-            i = e
-            l += 1
+
+qsgd_row = simd.row_decoder(_qsgd_row_values)
+"""Fused decode of one row of qsgd fields into out (:func:`.simd.row_decoder`)."""
+
+
+qsgd_unpack_decode = wire.blocked_decoder(qsgd_row, qsgd_values)
+"""``qsgd_unpack_decode(src, offset, d, bucket, units, 0, width, out, weight, accumulate)``: decode d
+packed (level << 1 | sign) fields, value = ±level·units[bucket]; ``accumulate``: out += weight·value,
+else out = value (:func:`.wire.blocked_decoder`)."""
 
 
 class BucketDither(Compressor):
@@ -223,7 +221,7 @@ class QSGD(BucketDither):
             return qsgd_elias.decompress(self, payload, d)
         units, b, offset = self._units(payload, d)
         out = np.empty(d)
-        qsgd_unpack_decode(payload, offset, d, b, units, self._width, out, 1.0, False)
+        qsgd_unpack_decode(payload, offset, d, b, units, 0, self._width, out, 1.0, False)
         return out
 
     def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
@@ -231,5 +229,5 @@ class QSGD(BucketDither):
             from . import qsgd_elias
             return qsgd_elias.decompress_add(self, payload, d, out, weight)
         units, b, offset = self._units(payload, d)
-        qsgd_unpack_decode(payload, offset, d, b, units, self._width, out, weight, True)
+        qsgd_unpack_decode(payload, offset, d, b, units, 0, self._width, out, weight, True)
 

@@ -108,3 +108,79 @@ def extract_row(typingctx, dst, doff, src, soff, soff_next, sh, mask):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+# -- fused row decoders ---------------------------------------------------------------------------
+
+F64ROW = ir.VectorType(ir.DoubleType(), LANES)
+
+
+def extract_fields(context, builder, sig_words, words, woff, wnext, sh, mask):
+    """IR: the ``<LANES x i32>`` fields of one row (:func:`extract_row`'s value, not stored)."""
+    sp = _row_ptr(context, builder, sig_words, words, woff)
+    lo = builder.lshr(_load(builder, sp), _splat(context, builder, types.uint32, sh))
+    m = _splat(context, builder, types.uint32, mask)
+    with builder.if_else(builder.icmp_signed(">=", wnext, ir.Constant(wnext.type, 0))) as (two, one):
+        with two:
+            np_ = _row_ptr(context, builder, sig_words, words, wnext)
+            back = _splat(context, builder, types.uint32, builder.sub(ir.Constant(_I32, 32), sh))
+            v_two = builder.and_(builder.or_(lo, builder.shl(_load(builder, np_), back)), m)
+            bb_two = builder.block
+        with one:
+            v_one = builder.and_(lo, m)
+            bb_one = builder.block
+    phi = builder.phi(_ROW)
+    phi.add_incoming(v_two, bb_two)
+    phi.add_incoming(v_one, bb_one)
+    return phi
+
+
+def splat_f64(builder, value):
+    """IR: a double broadcast to all lanes."""
+    vec = builder.insert_element(ir.Constant(F64ROW, ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(vec, ir.Constant(F64ROW, ir.Undefined), ir.Constant(_ROW, None))
+
+
+def splat_i(builder, vtype, value):
+    """IR: an integer constant broadcast to a vector of type ``vtype``."""
+    return ir.Constant(vtype, [ir.Constant(vtype.element, value)] * vtype.count)
+
+
+def row_decoder(values):
+    """A fused decode-and-accumulate intrinsic for one row of a blocked field stream:
+
+        decode_row(out, ooff, words, woff, wnext, sh, mask, a, b, accumulate)
+
+    extracts the row's LANES fields (as :func:`extract_row`), turns them into LANES doubles with
+    ``values(builder, fields, a, b)`` (LLVM IR; ``fields`` is ``<LANES x i32>``, ``a`` a double,
+    ``b`` an i64), and stores them to ``out[ooff:ooff + LANES]`` (float64), added to its old
+    contents when ``accumulate``. Unpacking and the memory-bound ``out +=`` then interleave row by
+    row instead of running as two passes over a chunk."""
+
+    @intrinsic
+    def decode_row(typingctx, out, ooff, words, woff, wnext, sh, mask, a, b, accumulate):
+        _check_u32(words)
+        if not (isinstance(out, types.Array) and out.dtype == types.float64 and out.ndim == 1
+                and out.layout == "C"):
+            raise TypeError(f"decode_row needs a contiguous 1-D float64 out, got {out}")
+        sig = types.void(out, ooff, words, woff, wnext, sh, mask, types.float64, types.int64, accumulate)
+
+        def codegen(context, builder, sig, args):
+            shift = context.cast(builder, args[5], sig.args[5], types.uint32)
+            msk = context.cast(builder, args[6], sig.args[6], types.uint32)
+            nxt = context.cast(builder, args[4], sig.args[4], types.int64)
+            f = extract_fields(context, builder, sig.args[2], args[2], args[3], nxt, shift, msk)
+            v = values(builder, f, args[7], args[8])
+            data = context.make_array(sig.args[0])(context, builder, args[0]).data
+            op = builder.bitcast(builder.gep(data, [args[1]]), F64ROW.as_pointer())
+            flag = context.cast(builder, args[9], sig.args[9], types.boolean)
+            with builder.if_else(flag) as (add, store):
+                with add:
+                    builder.store(builder.fadd(builder.load(op, align=8), v), op, align=8)
+                with store:
+                    builder.store(v, op, align=8)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return decode_row

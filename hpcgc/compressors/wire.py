@@ -271,6 +271,16 @@ def unpack_fixed_width(src, offset, width, values):
         nacc -= width
 
 
+@njit(cache=True, inline="always")
+def row_words(i, width):
+    """Row i of a block of the blocked layout: (its first word row k, the shift of its fields in
+    that word, the next word row if its fields straddle into it, else −1)."""
+    bit = i * width
+    k = bit >> 5
+    sh = bit & 31
+    return k, sh, k + 1 if sh + width > 32 else -1
+
+
 @njit(cache=True)
 def pack_fields(values, width, out, offset):
     """Write ``values[i]`` (< 2**width, 1 ≤ width ≤ 32) into ``out[offset:]`` in the blocked
@@ -311,12 +321,60 @@ def unpack_fields(src, offset, width, values):
         wb = blk * wpl
         vb = blk * FIELD_BLOCK
         for i in range(32):
-            bit = i * width
-            k = bit >> 5
-            sh = bit & 31
-            nxt = wb + (k + 1) * LANES if sh + width > 32 else -1
-            extract_row(values, vb + i * LANES, words, wb + k * LANES, nxt, sh, mask)
+            k, sh, nxt = row_words(i, width)
+            extract_row(values, vb + i * LANES, words, wb + k * LANES, wb + nxt * LANES if nxt >= 0 else -1,
+                        sh, mask)
     unpack_fixed_width(src, offset + 4 * nb * wpl, width, values[nb * FIELD_BLOCK:])
+
+
+def blocked_decoder(decode_row, values):
+    """A decoder of a blocked field stream with per-bucket scales, built from the compressor's
+    two value kernels (same arguments ``a``, ``b``: e.g. the bucket's unit and s):
+
+    * ``decode_row(out, ooff, words, woff, wnext, sh, mask, a, b, accumulate)``: one row of a full
+      block decoded straight into ``out`` (:func:`.simd.row_decoder`);
+    * ``values(fields, out, start, n, a, b, accumulate)``: unpacked fields of a chunk.
+
+    Returns the numba kernel ``decode(src, offset, d, bucket, scales, b, width, out, weight,
+    accumulate)``: out[j] (+)= weight·value_j with a = scales[bucket of j]·weight. Full blocks go a
+    row at a time when no row straddles two buckets (bucket ≥ d or a multiple of LANES), so the
+    unpacking interleaves with the memory-bound ``out +=``; the rest is unpacked a chunk at a
+    time, then accumulated."""
+
+    @njit(cache=True)
+    def decode(src, offset, d, bucket, scales, b, width, out, weight, accumulate):
+        w = weight if accumulate else 1.0
+        done = 0
+        if bucket >= d or bucket % LANES == 0:
+            done = (d // FIELD_BLOCK) * FIELD_BLOCK
+            words = src[offset:offset + (done * width) // 8].view(np.uint32)
+            mask = np.uint32((np.uint64(1) << np.uint64(width)) - np.uint64(1))
+            wpl = width * LANES
+            l = 0
+            nextb = bucket
+            for blk in range(done // FIELD_BLOCK):
+                for i in range(32):
+                    pos = blk * FIELD_BLOCK + i * LANES
+                    while pos >= nextb:
+                        l += 1
+                        nextb += bucket
+                    k, sh, nxt = row_words(i, width)
+                    decode_row(out, pos, words, blk * wpl + k * LANES, blk * wpl + nxt * LANES if nxt >= 0 else -1,
+                               sh, mask, scales[l] * w, b, accumulate)
+        fields = np.empty(CHUNK, dtype=np.uint32)
+        for c0 in range(done, d, CHUNK):
+            c1 = min(c0 + CHUNK, d)
+            unpack_fields(src, offset + (c0 * width) // 8, width, fields[:c1 - c0])
+            oc = out[c0:c1]
+            i = c0
+            l = c0 // bucket                  # then l += 1: no division per bucket
+            while i < c1:
+                e = min((l + 1) * bucket, c1)
+                values(fields, oc, np.uint64(i - c0), np.uint64(e - i), scales[l] * w, b, accumulate)
+                i = e
+                l += 1
+
+    return decode
 
 
 @njit(cache=True)
