@@ -27,14 +27,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core.extending import intrinsic
 
 from ..errors import PayloadError
-from . import wire
+from . import simd, wire
 from .base import FP64_PARAM, Compressor, Param
 from .norms import n_blocks
 from .prng import TWO32, uniforms32
-from .wire import CHUNK, TRITS_PER_BYTE, pack_trits, unpack_trits
+from .wire import CHUNK, TRIT_GROUP, TRITS_PER_BYTE, pack_trits, unpack_trits
 
 
 @njit(cache=True, inline="always")
@@ -87,15 +89,63 @@ def ternary_values(trits, out, start, n, u, weight, accumulate):
             out[q] = wu * ((tt & 1) - (tt >> 1))
 
 
+_BYTES = ir.VectorType(ir.IntType(8), simd.LANES)
+
+
+@intrinsic
+def ternary_row(typingctx, out, ooff, run, src, soff, u, accumulate):
+    """Fused decode of LANES bytes of a full trit group (:func:`.wire.pack_trits`) at
+    ``src[soff:]``: their 5·LANES trits go to the five runs ``out[ooff + k·run:][:LANES]``,
+    k = 0 … 4, as u·(0, +1, −1)[trit] (added when ``accumulate``). Digits by multiply-shift
+    (:func:`.wire.trit_digits`), all in vector registers."""
+    simd.check_f64_out(out)
+    sig = types.void(out, ooff, run, src, soff, types.float64, accumulate)
+
+    def codegen(context, builder, sig, args):
+        i32row = ir.VectorType(ir.IntType(32), simd.LANES)
+        b = builder.zext(builder.load(simd.row_ptr(context, builder, sig.args[3], args[3], args[4], _BYTES),
+                                      align=1), i32row)
+        c171, c9, c3 = (simd.splat_i(builder, i32row, v) for v in (171, 9, 3))
+        one, two = simd.splat_i(builder, i32row, 1), simd.splat_i(builder, i32row, 2)
+        scale = simd.splat_f64(builder, args[5])
+        flag = context.cast(builder, args[6], sig.args[6], types.boolean)
+        run = context.cast(builder, args[2], sig.args[2], types.int64)
+        ooff = context.cast(builder, args[1], sig.args[1], types.int64)
+        for k in range(5):
+            if k < 4:
+                q = builder.lshr(builder.mul(b, c171), c9)            # b // 3
+                t = builder.sub(b, builder.mul(q, c3))
+                b = q
+            else:
+                t = builder.select(builder.icmp_unsigned(">", b, two), two, b)
+            v = builder.sub(builder.and_(t, one), builder.lshr(t, one))
+            v = builder.fmul(builder.sitofp(v, simd.F64ROW), scale)
+            off = builder.add(ooff, builder.mul(run, ir.Constant(ir.IntType(64), k)))
+            simd.put_f64_row(context, builder, sig.args[0], args[0], off, v, flag)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @njit(cache=True)
 def ternary_unpack_decode(src, offset, d, block, scales, out, weight, accumulate):
     """Decode d packed trits: value = (0, +scale_l, −scale_l)[trit].
 
     ``accumulate``: out += weight·value, else out = value (weight ignored). The caller has
-    checked that every byte is < 243.
+    checked that every byte is < 243. With one block, the full trit groups are decoded
+    LANES bytes at a time straight into ``out`` (:func:`ternary_row`); the rest, and blocked
+    streams, are unpacked a chunk at a time, then accumulated.
     """
+    done = 0
+    if block >= d:
+        u = weight * scales[0] if accumulate else scales[0]
+        done = (d // TRIT_GROUP) * TRIT_GROUP
+        run = TRIT_GROUP // TRITS_PER_BYTE
+        for g0 in range(0, done, TRIT_GROUP):
+            for r in range(0, run, simd.LANES):
+                ternary_row(out, g0 + r, run, src, offset + g0 // TRITS_PER_BYTE + r, u, accumulate)
     trits = np.empty(CHUNK, dtype=np.uint8)
-    for c0 in range(0, d, CHUNK):
+    for c0 in range(done, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
         unpack_trits(src, offset + c0 // TRITS_PER_BYTE, trits[:c1 - c0])
         oc = out[c0:c1]

@@ -21,10 +21,11 @@ _I32 = ir.IntType(32)
 _ROW = ir.VectorType(_I32, LANES)
 
 
-def _row_ptr(context, builder, arrty, arr, offset):
-    """Pointer to ``arr[offset:offset + LANES]`` as a ``<LANES x i32>*``."""
+def row_ptr(context, builder, arrty, arr, offset, vtype=_ROW):
+    """Pointer to ``arr[offset:offset + LANES]`` as a ``<LANES x i32>*`` (or ``vtype*``)."""
     data = context.make_array(arrty)(context, builder, arr).data
-    return builder.bitcast(builder.gep(data, [offset]), _ROW.as_pointer())
+    return builder.bitcast(builder.gep(data, [offset]), vtype.as_pointer())
+
 
 
 def _splat(context, builder, ty, value):
@@ -53,8 +54,8 @@ def shl_row(typingctx, dst, doff, src, soff, sh, into):
     sig = types.void(dst, doff, src, soff, sh, into)
 
     def codegen(context, builder, sig, args):
-        dp = _row_ptr(context, builder, sig.args[0], args[0], args[1])
-        sp = _row_ptr(context, builder, sig.args[2], args[2], args[3])
+        dp = row_ptr(context, builder, sig.args[0], args[0], args[1])
+        sp = row_ptr(context, builder, sig.args[2], args[2], args[3])
         v = builder.shl(_load(builder, sp), _splat(context, builder, sig.args[4], args[4]))
         flag = context.cast(builder, args[5], sig.args[5], types.boolean)
         with builder.if_else(flag) as (merge, store):
@@ -74,8 +75,8 @@ def shr_row(typingctx, dst, doff, src, soff, sh):
     sig = types.void(dst, doff, src, soff, sh)
 
     def codegen(context, builder, sig, args):
-        dp = _row_ptr(context, builder, sig.args[0], args[0], args[1])
-        sp = _row_ptr(context, builder, sig.args[2], args[2], args[3])
+        dp = row_ptr(context, builder, sig.args[0], args[0], args[1])
+        sp = row_ptr(context, builder, sig.args[2], args[2], args[3])
         v = builder.lshr(_load(builder, sp), _splat(context, builder, sig.args[4], args[4]))
         builder.store(v, dp, align=4)
         return context.get_dummy_value()
@@ -91,15 +92,15 @@ def extract_row(typingctx, dst, doff, src, soff, soff_next, sh, mask):
     sig = types.void(dst, doff, src, soff, soff_next, sh, mask)
 
     def codegen(context, builder, sig, args):
-        dp = _row_ptr(context, builder, sig.args[0], args[0], args[1])
-        sp = _row_ptr(context, builder, sig.args[2], args[2], args[3])
+        dp = row_ptr(context, builder, sig.args[0], args[0], args[1])
+        sp = row_ptr(context, builder, sig.args[2], args[2], args[3])
         shift = context.cast(builder, args[5], sig.args[5], types.uint32)
         lo = builder.lshr(_load(builder, sp), _splat(context, builder, types.uint32, shift))
         m = _splat(context, builder, sig.args[6], args[6])
         nxt = args[4]
         with builder.if_else(builder.icmp_signed(">=", nxt, ir.Constant(nxt.type, 0))) as (two, one):
             with two:
-                np_ = _row_ptr(context, builder, sig.args[2], args[2], nxt)
+                np_ = row_ptr(context, builder, sig.args[2], args[2], nxt)
                 back = _splat(context, builder, types.uint32, builder.sub(ir.Constant(_I32, 32), shift))
                 hi = builder.shl(_load(builder, np_), back)
                 builder.store(builder.and_(builder.or_(lo, hi), m), dp, align=4)
@@ -117,12 +118,12 @@ F64ROW = ir.VectorType(ir.DoubleType(), LANES)
 
 def extract_fields(context, builder, sig_words, words, woff, wnext, sh, mask):
     """IR: the ``<LANES x i32>`` fields of one row (:func:`extract_row`'s value, not stored)."""
-    sp = _row_ptr(context, builder, sig_words, words, woff)
+    sp = row_ptr(context, builder, sig_words, words, woff)
     lo = builder.lshr(_load(builder, sp), _splat(context, builder, types.uint32, sh))
     m = _splat(context, builder, types.uint32, mask)
     with builder.if_else(builder.icmp_signed(">=", wnext, ir.Constant(wnext.type, 0))) as (two, one):
         with two:
-            np_ = _row_ptr(context, builder, sig_words, words, wnext)
+            np_ = row_ptr(context, builder, sig_words, words, wnext)
             back = _splat(context, builder, types.uint32, builder.sub(ir.Constant(_I32, 32), sh))
             v_two = builder.and_(builder.or_(lo, builder.shl(_load(builder, np_), back)), m)
             bb_two = builder.block
@@ -146,6 +147,22 @@ def splat_i(builder, vtype, value):
     return ir.Constant(vtype, [ir.Constant(vtype.element, value)] * vtype.count)
 
 
+def check_f64_out(out):
+    if not (isinstance(out, types.Array) and out.dtype == types.float64 and out.ndim == 1
+            and out.layout == "C"):
+        raise TypeError(f"row decoders need a contiguous 1-D float64 out, got {out}")
+
+
+def put_f64_row(context, builder, out_ty, out, ooff, v, accumulate):
+    """IR: ``out[ooff:ooff + LANES] = v``, or ``+= v`` when the i1 ``accumulate`` is set."""
+    op = row_ptr(context, builder, out_ty, out, ooff, F64ROW)
+    with builder.if_else(accumulate) as (add, store):
+        with add:
+            builder.store(builder.fadd(builder.load(op, align=8), v), op, align=8)
+        with store:
+            builder.store(v, op, align=8)
+
+
 def row_decoder(values):
     """A fused decode-and-accumulate intrinsic for one row of a blocked field stream:
 
@@ -160,9 +177,7 @@ def row_decoder(values):
     @intrinsic
     def decode_row(typingctx, out, ooff, words, woff, wnext, sh, mask, a, b, accumulate):
         _check_u32(words)
-        if not (isinstance(out, types.Array) and out.dtype == types.float64 and out.ndim == 1
-                and out.layout == "C"):
-            raise TypeError(f"decode_row needs a contiguous 1-D float64 out, got {out}")
+        check_f64_out(out)
         sig = types.void(out, ooff, words, woff, wnext, sh, mask, types.float64, types.int64, accumulate)
 
         def codegen(context, builder, sig, args):
@@ -171,14 +186,8 @@ def row_decoder(values):
             nxt = context.cast(builder, args[4], sig.args[4], types.int64)
             f = extract_fields(context, builder, sig.args[2], args[2], args[3], nxt, shift, msk)
             v = values(builder, f, args[7], args[8])
-            data = context.make_array(sig.args[0])(context, builder, args[0]).data
-            op = builder.bitcast(builder.gep(data, [args[1]]), F64ROW.as_pointer())
             flag = context.cast(builder, args[9], sig.args[9], types.boolean)
-            with builder.if_else(flag) as (add, store):
-                with add:
-                    builder.store(builder.fadd(builder.load(op, align=8), v), op, align=8)
-                with store:
-                    builder.store(v, op, align=8)
+            put_f64_row(context, builder, sig.args[0], args[0], args[1], v, flag)
             return context.get_dummy_value()
 
         return sig, codegen
