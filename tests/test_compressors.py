@@ -1438,3 +1438,24 @@ def test_fuzz_with_numba_boundscheck(tmp_path):
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
+
+
+@pytest.mark.parametrize("spec", ["qsgd:s=4", "qsgd:s=15,bucket=512,p=inf", "qsgd:s=8,bucket=100", "qsgd:s=1000",
+                                  "natural-dither:s=8", "natural-dither:s=5,bucket=64,p=inf",
+                                  "natural-dither:s=8,bucket=100", "quant:p=2", "terngrad",
+                                  "quant:p=inf,block=32", "quant:p=2,block=64", "quant:p=inf,block=100"])
+@pytest.mark.parametrize("d", [2 * 1024 + 17, 5120, 12003])
+def test_fused_row_decoders_match_the_math(spec, d):
+    """The fused row decoders (full field blocks / trit groups decoded straight into out) and the
+    per-chunk path they fall back to give exactly the reference C(x), for one bucket, buckets that
+    are multiples of 32 (and powers of two for trits) and buckets that are not; decompress_add is
+    out + weight·C(x)."""
+    c = compressors.make(spec)
+    x = rng(d).standard_normal(d).astype(np.float32)
+    p = c.compress(x, rng(5))
+    seed = rng(5).integers(0, 2**64, dtype=np.uint64)
+    y = c.decompress(p, d)
+    np.testing.assert_array_equal(y, reference.math_output(c, x, seed))
+    out = np.full(d, 2.0)
+    c.decompress_add(p, d, out, -0.5)
+    np.testing.assert_allclose(out, 2.0 - 0.5 * y, rtol=0, atol=1e-12 * np.abs(y).max())

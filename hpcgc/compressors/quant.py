@@ -93,13 +93,14 @@ _BYTES = ir.VectorType(ir.IntType(8), simd.LANES)
 
 
 @intrinsic
-def ternary_row(typingctx, out, ooff, run, src, soff, u, accumulate):
+def ternary_row(typingctx, out, ooff, run, src, soff, u0, u1, u2, u3, u4, accumulate):
     """Fused decode of LANES bytes of a full trit group (:func:`.wire.pack_trits`) at
     ``src[soff:]``: their 5·LANES trits go to the five runs ``out[ooff + k·run:][:LANES]``,
-    k = 0 … 4, as u·(0, +1, −1)[trit] (added when ``accumulate``). Digits by multiply-shift
+    k = 0 … 4, as u_k·(0, +1, −1)[trit] (added when ``accumulate``). Digits by multiply-shift
     (:func:`.wire.trit_digits`), all in vector registers."""
     simd.check_f64_out(out)
-    sig = types.void(out, ooff, run, src, soff, types.float64, accumulate)
+    f64 = types.float64
+    sig = types.void(out, ooff, run, src, soff, f64, f64, f64, f64, f64, accumulate)
 
     def codegen(context, builder, sig, args):
         i32row = ir.VectorType(ir.IntType(32), simd.LANES)
@@ -107,8 +108,7 @@ def ternary_row(typingctx, out, ooff, run, src, soff, u, accumulate):
                                       align=1), i32row)
         c171, c9, c3 = (simd.splat_i(builder, i32row, v) for v in (171, 9, 3))
         one, two = simd.splat_i(builder, i32row, 1), simd.splat_i(builder, i32row, 2)
-        scale = simd.splat_f64(builder, args[5])
-        flag = context.cast(builder, args[6], sig.args[6], types.boolean)
+        flag = context.cast(builder, args[10], sig.args[10], types.boolean)
         run = context.cast(builder, args[2], sig.args[2], types.int64)
         ooff = context.cast(builder, args[1], sig.args[1], types.int64)
         for k in range(5):
@@ -119,7 +119,7 @@ def ternary_row(typingctx, out, ooff, run, src, soff, u, accumulate):
             else:
                 t = builder.select(builder.icmp_unsigned(">", b, two), two, b)
             v = builder.sub(builder.and_(t, one), builder.lshr(t, one))
-            v = builder.fmul(builder.sitofp(v, simd.F64ROW), scale)
+            v = builder.fmul(builder.sitofp(v, simd.F64ROW), simd.splat_f64(builder, args[5 + k]))
             off = builder.add(ooff, builder.mul(run, ir.Constant(ir.IntType(64), k)))
             simd.put_f64_row(context, builder, sig.args[0], args[0], off, v, flag)
         return context.get_dummy_value()
@@ -132,18 +132,30 @@ def ternary_unpack_decode(src, offset, d, block, scales, out, weight, accumulate
     """Decode d packed trits: value = (0, +scale_l, −scale_l)[trit].
 
     ``accumulate``: out += weight·value, else out = value (weight ignored). The caller has
-    checked that every byte is < 243. With one block, the full trit groups are decoded
-    LANES bytes at a time straight into ``out`` (:func:`ternary_row`); the rest, and blocked
-    streams, are unpacked a chunk at a time, then accumulated.
+    checked that every byte is < 243. With one block, or blocks of 2^p ≥ LANES entries, the
+    full trit groups are decoded LANES bytes at a time straight into ``out``
+    (:func:`ternary_row`); the rest, and other block sizes, are unpacked a chunk at a time,
+    then accumulated.
     """
+    w = weight if accumulate else 1.0
     done = 0
-    if block >= d:
-        u = weight * scales[0] if accumulate else scales[0]
+    one = block >= d
+    if one or (block >= simd.LANES and block & (block - 1) == 0):
+        p = 0 if one else int(np.log2(block))      # block index of entry j: j >> p
         done = (d // TRIT_GROUP) * TRIT_GROUP
         run = TRIT_GROUP // TRITS_PER_BYTE
         for g0 in range(0, done, TRIT_GROUP):
             for r in range(0, run, simd.LANES):
-                ternary_row(out, g0 + r, run, src, offset + g0 // TRITS_PER_BYTE + r, u, accumulate)
+                j = g0 + r
+                if one:
+                    u0 = u1 = u2 = u3 = u4 = scales[0] * w
+                else:
+                    u0 = scales[j >> p] * w
+                    u1 = scales[(j + run) >> p] * w
+                    u2 = scales[(j + 2 * run) >> p] * w
+                    u3 = scales[(j + 3 * run) >> p] * w
+                    u4 = scales[(j + 4 * run) >> p] * w
+                ternary_row(out, j, run, src, offset + g0 // TRITS_PER_BYTE + r, u0, u1, u2, u3, u4, accumulate)
     trits = np.empty(CHUNK, dtype=np.uint8)
     for c0 in range(done, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
