@@ -401,46 +401,22 @@ def natural_dither_pack(x, bucket, scales, s, width, seed, out, offset):
         pack_fields(fields[:c1 - c0], width, out, offset + (c0 * width) // 8)
 
 
-@njit(cache=True, inline="always")
-def natural_dither_values(fields, out, start, n, sc, s, accumulate):
-    """out[q] (+)= ±sc·2^{l−s} (0 for l = 0), (l, sign) from fields[q], for q = start … start + n − 1
-    (uint64; fields and out are one chunk); 2^{l−s} is built from its float64 bits
-    ((l − s + 1023) << 52, sign in bit 63; masked to +0.0 for l = 0), no table gather."""
-    for t in range(n):
-        q = start + t
-        f = np.int64(fields[q])
-        lev = f >> 1
-        bits = np.uint64((((lev - s + 1023) << 52) | ((f & 1) << 63)) & -np.int64(lev > 0))
-        v = sc * bits.view(np.float64)
-        if accumulate:
-            out[q] += v
-        else:
-            out[q] = v
-
-
 def _natural_dither_row_values(builder, f, sc, s):
-    """IR of :func:`natural_dither_values` for one row: the float64 bits
-    ((l − s + 1023) << 52) | (sign << 63), zero where l = 0, × sc."""
+    """IR of the natural-dither values of one row of fields (l << 1 | sign): ±sc·2^{l−s}, built
+    from the float64 bits ((l − s + 1023) << 52) | (sign << 63), zero where l = 0 (no table)."""
     i64row = ir.VectorType(ir.IntType(64), f.type.count)
     one = simd.splat_i(builder, f.type, 1)
     lev = builder.zext(builder.lshr(f, one), i64row)
     sign = builder.zext(builder.and_(f, one), i64row)
     sv = builder.insert_element(ir.Constant(i64row, ir.Undefined), s, ir.Constant(ir.IntType(32), 0))
-    sv = builder.shuffle_vector(sv, ir.Constant(i64row, ir.Undefined), ir.Constant(ir.VectorType(ir.IntType(32), f.type.count), None))
+    sv = builder.shuffle_vector(sv, ir.Constant(i64row, ir.Undefined),
+                                ir.Constant(ir.VectorType(ir.IntType(32), f.type.count), None))
     expo = builder.add(builder.sub(lev, sv), simd.splat_i(builder, i64row, 1023))
     bits = builder.or_(builder.shl(expo, simd.splat_i(builder, i64row, 52)),
                        builder.shl(sign, simd.splat_i(builder, i64row, 63)))
     nonzero = builder.icmp_unsigned("!=", lev, simd.splat_i(builder, i64row, 0))
     bits = builder.select(nonzero, bits, simd.splat_i(builder, i64row, 0))
     return builder.fmul(builder.bitcast(bits, simd.F64ROW), simd.splat_f64(builder, sc))
-
-
-natural_dither_row = simd.row_decoder(_natural_dither_row_values)
-"""Fused decode of one row of natural-dither fields into out (:func:`.simd.row_decoder`)."""
-
-natural_dither_decode = wire.blocked_decoder(natural_dither_row, natural_dither_values)
-"""``natural_dither_decode(src, offset, d, bucket, scales, s, width, out, weight, accumulate)``:
-decode d fields, value = ±scale_bucket·2^{l−s} (0 for l = 0) (:func:`.wire.blocked_decoder`)."""
 
 
 class NaturalDither(BucketDither):
@@ -482,3 +458,15 @@ class NaturalDither(BucketDither):
     def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
         scales, b, offset = self._scales(payload, d)
         natural_dither_decode(payload, offset, d, b, scales, self.s, self._width, out, weight, True)
+
+
+FIELDS_KIND = 11
+"""natural-dither's field format in ``simd.ROW_VALUES`` (its FORMAT_ID)."""
+simd.register_row_values(FIELDS_KIND, _natural_dither_row_values)
+
+
+@njit(cache=True)
+def natural_dither_decode(src, offset, d, bucket, scales, s, width, out, weight, accumulate):
+    """Decode d fields, value = ±scale_bucket·2^{l−s} (0 for l = 0) (:func:`.wire.blocked_decode`;
+    ``accumulate``: out += weight·value)."""
+    wire.blocked_decode(src, offset, d, bucket, scales, s, width, out, weight, accumulate, FIELDS_KIND)

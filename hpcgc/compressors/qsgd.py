@@ -83,40 +83,14 @@ def qsgd_dither_pack(x, bucket, scales, s, width, seed, out, offset):
         pack_fields(fields[:c1 - c0], width, out, offset + (c0 * width) // 8)
 
 
-@njit(cache=True, inline="always")
-def qsgd_values(fields, out, start, n, unit, _, accumulate):
-    """out[q] (+)= ±level·unit, (level, sign) from fields[q], for q = start … start + n − 1
-    (uint64; fields and out are one chunk; ``unit`` includes the weight when accumulating). The
-    signed level is formed in integers (int64: s may be up to 2^31 − 1):
-    (level ^ −sign) + sign = ±level, then one conversion and one multiply per entry."""
-    for t in range(n):
-        q = start + t
-        f = np.int64(fields[q])
-        neg = f & 1
-        v = np.float64(((f >> 1) ^ -neg) + neg) * unit
-        if accumulate:
-            out[q] += v
-        else:
-            out[q] = v
-
-
 def _qsgd_row_values(builder, f, unit, _):
-    """IR of :func:`qsgd_values` for one row: (level ^ −sign) + sign in i32, to double, × unit."""
+    """IR of the qsgd values of one row of fields (level << 1 | sign): ±level·unit, the signed
+    level formed in i32 as (level ^ −sign) + sign, then one conversion and one multiply."""
     one = simd.splat_i(builder, f.type, 1)
     neg = builder.and_(f, one)
     lev = builder.lshr(f, one)
     signed = builder.add(builder.xor(lev, builder.sub(simd.splat_i(builder, f.type, 0), neg)), neg)
     return builder.fmul(builder.sitofp(signed, simd.F64ROW), simd.splat_f64(builder, unit))
-
-
-qsgd_row = simd.row_decoder(_qsgd_row_values)
-"""Fused decode of one row of qsgd fields into out (:func:`.simd.row_decoder`)."""
-
-
-qsgd_unpack_decode = wire.blocked_decoder(qsgd_row, qsgd_values)
-"""``qsgd_unpack_decode(src, offset, d, bucket, units, 0, width, out, weight, accumulate)``: decode d
-packed (level << 1 | sign) fields, value = ±level·units[bucket]; ``accumulate``: out += weight·value,
-else out = value (:func:`.wire.blocked_decoder`)."""
 
 
 class BucketDither(Compressor):
@@ -221,7 +195,7 @@ class QSGD(BucketDither):
             return qsgd_elias.decompress(self, payload, d)
         units, b, offset = self._units(payload, d)
         out = np.empty(d)
-        qsgd_unpack_decode(payload, offset, d, b, units, 0, self._width, out, 1.0, False)
+        qsgd_decode(payload, offset, d, b, units, self._width, out, 1.0, False)
         return out
 
     def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
@@ -229,5 +203,17 @@ class QSGD(BucketDither):
             from . import qsgd_elias
             return qsgd_elias.decompress_add(self, payload, d, out, weight)
         units, b, offset = self._units(payload, d)
-        qsgd_unpack_decode(payload, offset, d, b, units, 0, self._width, out, weight, True)
+        qsgd_decode(payload, offset, d, b, units, self._width, out, weight, True)
 
+
+FIELDS_KIND = 2
+"""qsgd's field format in ``simd.ROW_VALUES`` (its FORMAT_ID)."""
+simd.register_row_values(FIELDS_KIND, _qsgd_row_values)
+
+
+@njit(cache=True)
+def qsgd_decode(src, offset, d, bucket, units, width, out, weight, accumulate):
+    """Decode d packed (level << 1 | sign) fields, value = ±level·units[bucket]
+    (:func:`.wire.blocked_decode`; ``accumulate``: out += weight·value). FIELDS_KIND is a
+    compile-time constant here, so the literal dispatch costs nothing per call."""
+    wire.blocked_decode(src, offset, d, bucket, units, 0, width, out, weight, accumulate, FIELDS_KIND)

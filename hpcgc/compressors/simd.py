@@ -163,33 +163,68 @@ def put_f64_row(context, builder, out_ty, out, ooff, v, accumulate):
             builder.store(v, op, align=8)
 
 
-def row_decoder(values):
-    """A fused decode-and-accumulate intrinsic for one row of a blocked field stream:
+ROW_VALUES: dict = {}
+"""kind → IR builder ``values(builder, fields, a, b)`` of a blocked field format: ``fields`` is
+``<LANES x i32>``, ``a`` a double, ``b`` an i64; returns ``<LANES x double>``. Filled by the
+compressor modules with :func:`register_row_values` (kind = their FORMAT_ID)."""
 
-        decode_row(out, ooff, words, woff, wnext, sh, mask, a, b, accumulate)
 
-    extracts the row's LANES fields (as :func:`extract_row`), turns them into LANES doubles with
-    ``values(builder, fields, a, b)`` (LLVM IR; ``fields`` is ``<LANES x i32>``, ``a`` a double,
-    ``b`` an i64), and stores them to ``out[ooff:ooff + LANES]`` (float64), added to its old
-    contents when ``accumulate``. Unpacking and the memory-bound ``out +=`` then interleave row by
-    row instead of running as two passes over a chunk."""
+def register_row_values(kind: int, values) -> None:
+    """Make ``kind`` decodable by :func:`decode_row` / :func:`values_row` (and so by
+    :func:`.wire.blocked_decode`)."""
+    if ROW_VALUES.get(kind, values) is not values:
+        raise ValueError(f"row values kind {kind} registered twice")
+    ROW_VALUES[kind] = values
 
-    @intrinsic
-    def decode_row(typingctx, out, ooff, words, woff, wnext, sh, mask, a, b, accumulate):
-        _check_u32(words)
-        check_f64_out(out)
-        sig = types.void(out, ooff, words, woff, wnext, sh, mask, types.float64, types.int64, accumulate)
 
-        def codegen(context, builder, sig, args):
-            shift = context.cast(builder, args[5], sig.args[5], types.uint32)
-            msk = context.cast(builder, args[6], sig.args[6], types.uint32)
-            nxt = context.cast(builder, args[4], sig.args[4], types.int64)
-            f = extract_fields(context, builder, sig.args[2], args[2], args[3], nxt, shift, msk)
-            v = values(builder, f, args[7], args[8])
-            flag = context.cast(builder, args[9], sig.args[9], types.boolean)
-            put_f64_row(context, builder, sig.args[0], args[0], args[1], v, flag)
-            return context.get_dummy_value()
+def _row_values(kind):
+    if not isinstance(kind, types.IntegerLiteral):
+        return None                     # numba retries with the literal (numba.literally)
+    return ROW_VALUES[kind.literal_value]
 
-        return sig, codegen
 
-    return decode_row
+@intrinsic
+def decode_row(typingctx, out, ooff, words, woff, wnext, sh, mask, a, b, accumulate, kind):
+    """Fused decode of one row of a blocked field stream of format ``kind`` (a literal):
+    extract the row's LANES fields (as :func:`extract_row`), turn them into LANES doubles with
+    ``ROW_VALUES[kind]`` and store them to ``out[ooff:ooff + LANES]`` (float64), added to its old
+    contents when ``accumulate``. Row by row, the unpacking then interleaves with the
+    memory-bound ``out +=`` instead of running as a separate pass over a chunk."""
+    values = _row_values(kind)
+    if values is None:
+        return None
+    _check_u32(words)
+    check_f64_out(out)
+    sig = types.void(out, ooff, words, woff, wnext, sh, mask, types.float64, types.int64, accumulate, kind)
+
+    def codegen(context, builder, sig, args):
+        shift = context.cast(builder, args[5], sig.args[5], types.uint32)
+        msk = context.cast(builder, args[6], sig.args[6], types.uint32)
+        nxt = context.cast(builder, args[4], sig.args[4], types.int64)
+        f = extract_fields(context, builder, sig.args[2], args[2], args[3], nxt, shift, msk)
+        v = values(builder, f, args[7], args[8])
+        flag = context.cast(builder, args[9], sig.args[9], types.boolean)
+        put_f64_row(context, builder, sig.args[0], args[0], args[1], v, flag)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def values_row(typingctx, out, ooff, fields, foff, a, b, kind):
+    """``out[ooff:ooff + LANES] = ROW_VALUES[kind](fields[foff:foff + LANES], a, b)``: the same
+    values from unpacked fields (a uint32 array)."""
+    values = _row_values(kind)
+    if values is None:
+        return None
+    _check_u32(fields)
+    check_f64_out(out)
+    sig = types.void(out, ooff, fields, foff, types.float64, types.int64, kind)
+
+    def codegen(context, builder, sig, args):
+        f = _load(builder, row_ptr(context, builder, sig.args[2], args[2], args[3]))
+        v = values(builder, f, args[4], args[5])
+        put_f64_row(context, builder, sig.args[0], args[0], args[1], v, ir.Constant(ir.IntType(1), 0))
+        return context.get_dummy_value()
+
+    return sig, codegen

@@ -41,10 +41,10 @@ from decimal import ROUND_CEILING, Decimal, localcontext
 from functools import lru_cache
 
 import numpy as np
-from numba import njit
+from numba import literally, njit
 
 from ..errors import PayloadError
-from .simd import LANES, extract_row, shl_row, shr_row
+from .simd import LANES, decode_row, extract_row, shl_row, shr_row, values_row
 
 if sys.byteorder != "little":  # pragma: no cover - every current HPC platform is little-endian
     raise ImportError("hpcgc.compressors assumes a little-endian host (wire format is little-endian)")
@@ -327,54 +327,61 @@ def unpack_fields(src, offset, width, values):
     unpack_fixed_width(src, offset + 4 * nb * wpl, width, values[nb * FIELD_BLOCK:])
 
 
-def blocked_decoder(decode_row, values):
-    """A decoder of a blocked field stream with per-bucket scales, built from the compressor's
-    two value kernels (same arguments ``a``, ``b``: e.g. the bucket's unit and s):
+@njit(cache=True, inline="always")
+def scaled_into(tmp, out, start, n, a, accumulate):
+    """out[q] (+)= a·tmp[q] for q = start … start + n − 1 (uint64)."""
+    for t in range(n):
+        q = start + t
+        if accumulate:
+            out[q] += a * tmp[q]
+        else:
+            out[q] = a * tmp[q]
 
-    * ``decode_row(out, ooff, words, woff, wnext, sh, mask, a, b, accumulate)``: one row of a full
-      block decoded straight into ``out`` (:func:`.simd.row_decoder`);
-    * ``values(fields, out, start, n, a, b, accumulate)``: unpacked fields of a chunk.
 
-    Returns the numba kernel ``decode(src, offset, d, bucket, scales, b, width, out, weight,
-    accumulate)``: out[j] (+)= weight·value_j with a = scales[bucket of j]·weight. Full blocks go a
-    row at a time when no row straddles two buckets (bucket ≥ d or a multiple of LANES), so the
-    unpacking interleaves with the memory-bound ``out +=``; the rest is unpacked a chunk at a
-    time, then accumulated."""
+@njit(cache=True)
+def blocked_decode(src, offset, d, bucket, scales, b, width, out, weight, accumulate, kind):
+    """Decode the d-field blocked stream at ``src[offset:]`` of the format ``kind`` (its
+    ``simd.ROW_VALUES`` entry, ``b`` its integer parameter): out[j] (+)= weight·scales[bucket of
+    j]·value_j (``accumulate``), else out[j] = scales[…]·value_j.
 
-    @njit(cache=True)
-    def decode(src, offset, d, bucket, scales, b, width, out, weight, accumulate):
-        w = weight if accumulate else 1.0
-        done = 0
-        if bucket >= d or bucket % LANES == 0:
-            done = (d // FIELD_BLOCK) * FIELD_BLOCK
-            words = src[offset:offset + (done * width) // 8].view(np.uint32)
-            mask = np.uint32((np.uint64(1) << np.uint64(width)) - np.uint64(1))
-            wpl = width * LANES
-            l = 0
-            nextb = bucket
-            for blk in range(done // FIELD_BLOCK):
-                for i in range(32):
-                    pos = blk * FIELD_BLOCK + i * LANES
-                    while pos >= nextb:
-                        l += 1
-                        nextb += bucket
-                    k, sh, nxt = row_words(i, width)
-                    decode_row(out, pos, words, blk * wpl + k * LANES, blk * wpl + nxt * LANES if nxt >= 0 else -1,
-                               sh, mask, scales[l] * w, b, accumulate)
-        fields = np.empty(CHUNK, dtype=np.uint32)
-        for c0 in range(done, d, CHUNK):
-            c1 = min(c0 + CHUNK, d)
-            unpack_fields(src, offset + (c0 * width) // 8, width, fields[:c1 - c0])
-            oc = out[c0:c1]
-            i = c0
-            l = c0 // bucket                  # then l += 1: no division per bucket
-            while i < c1:
-                e = min((l + 1) * bucket, c1)
-                values(fields, oc, np.uint64(i - c0), np.uint64(e - i), scales[l] * w, b, accumulate)
-                i = e
-                l += 1
-
-    return decode
+    Full blocks are decoded a row at a time straight into ``out`` (:func:`.simd.decode_row`)
+    when no row straddles two buckets (bucket ≥ d or a multiple of LANES). The rest (the tail of
+    < FIELD_BLOCK fields, or every block when rows straddle buckets) is unpacked a chunk at a
+    time, turned into values with scale 1 (:func:`.simd.values_row`) and then scaled per bucket."""
+    literally(kind)
+    w = weight if accumulate else 1.0
+    done = 0
+    if bucket >= d or bucket % LANES == 0:
+        done = (d // FIELD_BLOCK) * FIELD_BLOCK
+        words = src[offset:offset + (done * width) // 8].view(np.uint32)
+        mask = np.uint32((np.uint64(1) << np.uint64(width)) - np.uint64(1))
+        wpl = width * LANES
+        l = 0
+        nextb = bucket
+        for blk in range(done // FIELD_BLOCK):
+            for i in range(32):
+                pos = blk * FIELD_BLOCK + i * LANES
+                while pos >= nextb:
+                    l += 1
+                    nextb += bucket
+                k, sh, nxt = row_words(i, width)
+                decode_row(out, pos, words, blk * wpl + k * LANES, blk * wpl + nxt * LANES if nxt >= 0 else -1,
+                           sh, mask, scales[l] * w, b, accumulate, kind)
+    fields = np.empty(CHUNK, dtype=np.uint32)
+    tmp = np.empty(CHUNK)
+    for c0 in range(done, d, CHUNK):
+        c1 = min(c0 + CHUNK, d)
+        unpack_fields(src, offset + (c0 * width) // 8, width, fields[:c1 - c0])
+        for r in range(0, c1 - c0, LANES):          # CHUNK is a multiple of LANES
+            values_row(tmp, r, fields, r, 1.0, b, kind)
+        oc = out[c0:c1]
+        i = c0
+        l = c0 // bucket                  # then l += 1: no division per bucket
+        while i < c1:
+            e = min((l + 1) * bucket, c1)
+            scaled_into(tmp, oc, np.uint64(i - c0), np.uint64(e - i), scales[l] * w, accumulate)
+            i = e
+            l += 1
 
 
 @njit(cache=True)
