@@ -23,8 +23,6 @@ ties, threshold, sign) agree exactly.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from . import wire

@@ -298,12 +298,10 @@ def pack_fields(values, width, out, offset):
         wb = blk * wpl
         vb = blk * FIELD_BLOCK
         for i in range(32):
-            bit = i * width
-            k = bit >> 5
-            sh = bit & 31
+            k, sh, nxt = row_words(i, width)
             shl_row(words, wb + k * LANES, values, vb + i * LANES, sh, sh != 0)
-            if sh + width > 32:
-                shr_row(words, wb + (k + 1) * LANES, values, vb + i * LANES, 32 - sh)
+            if nxt >= 0:
+                shr_row(words, wb + nxt * LANES, values, vb + i * LANES, 32 - sh)
     pack_fixed_width(values[nb * FIELD_BLOCK:], width, out, offset + 4 * nb * wpl)
 
 
