@@ -1,18 +1,21 @@
 """MPI transport: the only module of hpcgc that calls MPI.
 
-Per iteration the protocol is exactly two collectives on the uplink and one on the downlink:
+The collectives a run uses (``run.collective``, :mod:`hpcgc.exchange`) are, per iteration:
 
-1. ``Gather``  of each rank's payload length (one 4-byte ``int32`` per rank) to rank 0,
-2. ``Gatherv`` of the payloads themselves (``uint8`` buffers, zero-length allowed) to rank 0,
-3. ``Bcast``   of the new iterate (``float64``, plus one control word) from rank 0.
+* ``gather`` (parameter server): ``Gather`` of each rank's payload length (one 4-byte ``int32``)
+  and ``Gatherv`` of the payloads (``uint8``, zero-length allowed) to rank 0, then ``Bcast`` of
+  the new iterate (``float64``, plus one control word) from rank 0;
+* ``allgather``: ``Allgather`` of the lengths and ``Allgatherv`` of the payloads to every rank;
+* ``allreduce``: ``Allreduce`` (SUM) of a float32/float64 vector, once per round of the message.
 
-Only buffer (upper-case) mpi4py methods are used on this hot path; pickling methods appear only in
-set-up and tear-down helpers. The transport keeps a *sender-side* ledger of every byte it handed
-to MPI, so the bit counts in the results file can be checked against what really went through
-the network rather than against a formula.
+Only buffer (upper-case) mpi4py methods are used on these hot paths; pickling methods appear only
+in set-up and tear-down helpers. The transport keeps a *sender-side* ledger, per collective, of
+every byte this rank handed to MPI (``ledger``), so the bit counts in the results file can be
+checked against what really went through the network rather than against a formula.
 
-Also here: per-rank phase timers on ``MPI.Wtime`` and the error agreement that lets every rank
-exit cleanly (non-zero, no hang) when any rank hits a user error during set-up.
+Also here: per-rank phase timers on ``MPI.Wtime``, the error agreement that lets every rank
+exit cleanly (non-zero, no hang) when any rank hits a user error during set-up, and the timed
+primitives of the ``collectives`` micro-benchmark.
 """
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ from .errors import UserError
 ROOT = 0
 LENGTH_BYTES = 4  # one int32 length announcement per rank and iteration
 PHASES = ("grad", "compress", "comm_up", "server", "comm_down", "iter")
+LEDGER = ("Gather", "Gatherv", "Bcast", "Allgather", "Allgatherv", "Allreduce")
+"""The collectives of the bit ledger, in the order of ``Transport.ledger``."""
 
 
 def wtime() -> float:
@@ -40,6 +45,9 @@ def library_version() -> str:
 
 def processor_name() -> str:
     return MPI.Get_processor_name()
+
+
+_GATHER, _GATHERV, _BCAST, _ALLGATHER, _ALLGATHERV, _ALLREDUCE = range(len(LEDGER))
 
 
 class PhaseTimers:
@@ -72,10 +80,36 @@ class Transport:
 
     # -- ledger ---------------------------------------------------------------------------------
     def reset_ledger(self):
-        self.up_bytes = 0      # bytes this rank handed to MPI on the uplink (length word + payload)
-        self.down_bytes = 0    # bytes of the downlink broadcast buffer (counted once, at the root)
+        """Zero the sender-side ledger: ``ledger[j]`` = bytes this rank handed to MPI as the
+        sending side of collective ``LEDGER[j]`` (a Bcast counts at the root only)."""
+        self.ledger = np.zeros(len(LEDGER))
+
+    @property
+    def up_bytes(self) -> int:
+        """Bytes handed to MPI on the uplink: length words and payloads (Gather[v], Allgather[v])
+        plus Allreduce vectors."""
+        return int(self.ledger.sum() - self.ledger[_BCAST])
+
+    @property
+    def down_bytes(self) -> int:
+        """Bytes of the downlink broadcast buffers (counted once, at the root)."""
+        return int(self.ledger[_BCAST])
 
     # -- hot path ---------------------------------------------------------------------------------
+    def _lengths(self, payload: np.ndarray) -> np.ndarray:
+        if payload.dtype != np.uint8 or payload.ndim != 1:
+            raise TypeError("payload must be a 1-D uint8 array")
+        payload = np.ascontiguousarray(payload)
+        self._len[0] = payload.nbytes
+        return payload
+
+    def _layout(self) -> int:
+        np.cumsum(self._counts[:-1], out=self._displs[1:])
+        total = int(self._displs[-1] + self._counts[-1])
+        if total > self._recv.size:
+            self._recv = np.zeros(max(total, 2 * self._recv.size), dtype=np.uint8)
+        return total
+
     def gather_payloads(self, payload: np.ndarray):
         """Send this rank's ``uint8`` payload to rank 0.
 
@@ -83,27 +117,40 @@ class Transport:
         ``buffer[displs[r]:displs[r] + counts[r]]`` (views into a reused buffer: valid until the
         next call); ``None`` on the other ranks.
         """
-        if payload.dtype != np.uint8 or payload.ndim != 1:
-            raise TypeError("payload must be a 1-D uint8 array")
-        payload = np.ascontiguousarray(payload)
-        self._len[0] = payload.nbytes
+        payload = self._lengths(payload)
         self.comm.Gather(self._len, self._counts if self.is_root else None, root=ROOT)
-        self.up_bytes += LENGTH_BYTES + payload.nbytes
+        self.ledger[_GATHER] += LENGTH_BYTES
+        self.ledger[_GATHERV] += payload.nbytes
         if self.is_root:
-            np.cumsum(self._counts[:-1], out=self._displs[1:])
-            total = int(self._displs[-1] + self._counts[-1])
-            if total > self._recv.size:
-                self._recv = np.zeros(max(total, 2 * self._recv.size), dtype=np.uint8)
+            self._layout()
             self.comm.Gatherv(payload, [self._recv, self._counts, self._displs, MPI.BYTE], root=ROOT)
             return self._recv, self._counts.copy(), self._displs.copy()
         self.comm.Gatherv(payload, None, root=ROOT)
         return None
 
+    def allgather_payloads(self, payload: np.ndarray):
+        """Every rank's ``uint8`` payload to every rank: ``(buffer, counts, displs)`` on every rank,
+        as :meth:`gather_payloads` returns on rank 0 (views valid until the next call)."""
+        payload = self._lengths(payload)
+        self.comm.Allgather(self._len, self._counts)
+        self.ledger[_ALLGATHER] += LENGTH_BYTES
+        self.ledger[_ALLGATHERV] += payload.nbytes
+        self._layout()
+        self.comm.Allgatherv(payload, [self._recv, self._counts, self._displs, MPI.BYTE])
+        return self._recv, self._counts.copy(), self._displs.copy()
+
+    def allreduce_sum(self, vec: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """``out = Σ_ranks vec`` (element-wise, ``MPI_Allreduce`` SUM) on every rank; float32 or
+        float64 contiguous arrays of one length and dtype."""
+        self.comm.Allreduce(vec, out, op=MPI.SUM)
+        self.ledger[_ALLREDUCE] += vec.nbytes
+        return out
+
     def bcast(self, buf: np.ndarray):
         """Broadcast ``buf`` (a contiguous numpy array) from rank 0, in place."""
         self.comm.Bcast(buf, root=ROOT)
         if self.is_root:
-            self.down_bytes += buf.nbytes
+            self.ledger[_BCAST] += buf.nbytes
 
     # -- measurement traffic: not part of the algorithm, not in the ledger ------------------------
     def bcast_control(self, buf: np.ndarray):

@@ -267,6 +267,22 @@ class Compressor(ABC):
     def model_bits(self, payload, d: int) -> int:
         """Paper-formula bit count of this message (see ``docs/compressors.md``)."""
 
+    # -- collectives (hpcgc.compressors.summable) ------------------------------------------------
+    collectives: ClassVar[tuple[str, ...]] = ("gather", "allgather")
+    """The ``run.collective`` values this compressor's messages can ride: every byte payload rides
+    Gatherv and Allgatherv; only messages that add up element-wise ride Allreduce."""
+
+    shared_randomness: ClassVar[bool] = False
+    """True when every worker must draw the same randomness in an iteration (shared-seed rand-k):
+    the runner then passes the iteration's shared generator to ``compress``. The workers' messages
+    are then correlated, so averaging n of them does not divide the variance by n."""
+
+    def sum_codec(self, d: int, shape: tuple | None = None):
+        """The :class:`~.summable.SumCodec` that carries this compressor's message of dimension d
+        (a matrix of ``shape`` where it matters) through ``MPI_Allreduce``; ConfigError if it cannot."""
+        raise ConfigError(f"{self.spec} cannot ride Allreduce (its messages do not add up element-wise); "
+                          f"collectives it can use: {', '.join(self.collectives)}")
+
     # -- run context -----------------------------------------------------------------------------
     def for_run(self, *, d: int, n_workers: int) -> "Compressor":
         """This compressor with parameters that depend on the run resolved (the runner calls it

@@ -14,6 +14,7 @@ from ..errors import PayloadError
 from . import wire
 from .base import FP64_PARAM, Compressor
 from .norms import nonfinite_flag
+from .summable import DenseSum
 
 
 @njit(cache=True)
@@ -54,6 +55,10 @@ class Identity(Compressor):
     PARAMS = (FP64_PARAM,)
     FORMAT_ID = 1
     unbiased = True
+    collectives = ("gather", "allreduce", "allgather")
+
+    def sum_codec(self, d: int, shape=None):
+        return DenseSum(d, self._fp64)
 
     def omega(self, d: int) -> float:
         return 0.0

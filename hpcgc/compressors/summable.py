@@ -1,0 +1,203 @@
+"""Messages that add up element-wise: how a compressor rides ``MPI_Allreduce``.
+
+Under ``run.collective = "allreduce"`` there is no server: every rank sends a fixed-length float
+vector per *round*, the vectors are summed element-wise over the ranks, and every rank decodes the
+same sum. This works only for compressors that are linear once their randomness is shared:
+
+* ``identity`` — the vector itself (float32, or float64 with ``fp64=true``);
+* ``randk:k=K,shared_seed=true`` — the k values at the coordinates drawn from the iteration's
+  shared seed, identical on every worker, so Σ_i w_i C(x_i) = (d/k)·Σ_i w_i x_i[S];
+* ``powersgd`` — rank-r factors: round 1 sums P_i = M_i Q, every rank orthogonalizes the sum P̂,
+  round 2 sums Q_i = M_iᵀ P̂, and P̂ Q̂ᵀ = Σ_i w_i P̂ P̂ᵀ M_i (Vogels, Karimireddy, Jaggi 2019).
+
+A :class:`SumCodec` is one worker's side of that protocol for one message of dimension d. It is
+stateful (PowerSGD keeps P̂ between the rounds and Q for its warm start), one per rank and message
+slot. The exchange drives it::
+
+    v = codec.begin(x, weight, rng)            # round 0: weight already applied
+    for r in range(1, codec.rounds):
+        v = codec.advance(r, allreduce(v))     # later rounds from the previous sum
+    total = allreduce(v)
+    codec.decode_add(total, out)               # out += Σ_i w_i C(x_i)   (every rank, same result)
+    codec.own_add(out_i, a)                    # out_i += a·C(x_i): this worker's own decoded message
+                                               # (DIANA's shift, an error-feedback residual)
+
+Weights: the worker multiplies its vectors by ``weight`` (w_i); with equal weights the exchange
+passes weight = 1 and decodes with ``scale`` = w, so the vectors on the wire are exactly the
+values a Gatherv payload would carry.
+
+Bits: ``model_bits()`` is the papers' count for this worker's message (all rounds);
+``wire_bytes()`` the bytes it hands to MPI (the sum of the round vectors' sizes).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from ..errors import ConfigError
+
+
+class SumCodec(ABC):
+    """One worker's message as ``rounds`` float vectors of fixed length whose sums decode it."""
+
+    dtype = np.float32
+    rounds = 1
+
+    @abstractmethod
+    def lengths(self) -> tuple[int, ...]:
+        """Length of the vector of each round (identical on every rank)."""
+
+    @abstractmethod
+    def begin(self, x: np.ndarray, weight: float, rng: np.random.Generator) -> np.ndarray:
+        """Round-0 vector for message ``x`` (float64, length d), scaled by ``weight``.
+
+        Draws from ``rng`` exactly as the compressor's ``compress`` would (one 64-bit seed), so a
+        shared-seed compressor samples the same coordinates under every collective."""
+
+    def advance(self, r: int, total: np.ndarray) -> np.ndarray:
+        """Round-``r`` vector (1 ≤ r < rounds) from the sum of round r − 1."""
+        raise NotImplementedError(f"{type(self).__name__} has one round")
+
+    @abstractmethod
+    def decode_add(self, total: np.ndarray, out: np.ndarray, scale: float = 1.0) -> None:
+        """``out += scale · decoded aggregate``, from the sum of the last round."""
+
+    @abstractmethod
+    def own_add(self, out: np.ndarray, weight: float) -> None:
+        """``out += weight · C(x)``: this worker's own decoded message (unweighted), valid after
+        the last round (PowerSGD's needs the sum of round 1)."""
+
+    @abstractmethod
+    def model_bits(self) -> float:
+        """Model bits of this worker's message, all rounds."""
+
+    def wire_bytes(self) -> int:
+        return int(sum(self.lengths())) * np.dtype(self.dtype).itemsize
+
+
+class DenseSum(SumCodec):
+    """``identity``: the vector itself, float32 (rounded, as the Gatherv payload) or float64."""
+
+    def __init__(self, d: int, fp64: bool):
+        self.d = d
+        self.dtype = np.float64 if fp64 else np.float32
+        self._v = np.empty(d, dtype=self.dtype)
+
+    def lengths(self):
+        return (self.d,)
+
+    def begin(self, x, weight, rng):
+        rng.integers(0, 2**64, dtype=np.uint64)         # keep the stream aligned with compress()
+        if weight == 1.0:
+            self._v[:] = x
+        else:
+            np.multiply(x, weight, out=self._v, casting="unsafe")
+        if not np.isfinite(self._v).all():
+            raise ValueError("identity: input contains a non-finite value or exceeds the float32 range")
+        self._own = self._v.copy() if weight == 1.0 else x.astype(self.dtype)
+        return self._v
+
+    def decode_add(self, total, out, scale=1.0):
+        out += scale * total if scale != 1.0 else total
+
+    def own_add(self, out, weight):
+        out += weight * self._own
+
+    def model_bits(self):
+        return float(self.d * 8 * np.dtype(self.dtype).itemsize)
+
+
+class IndexedSum(SumCodec):
+    """``randk:shared_seed=true``: the k values at the coordinates every worker draws alike."""
+
+    def __init__(self, d: int, k: int, fp64: bool, sample):
+        self.d, self.k = d, k
+        self.dtype = np.float64 if fp64 else np.float32
+        self._sample = sample            # seed (uint64, one rng draw) -> sorted indices (int64, k)
+        self._v = np.empty(k, dtype=self.dtype)
+
+    def lengths(self):
+        return (self.k,)
+
+    def begin(self, x, weight, rng):
+        seed = rng.integers(0, 2**64, dtype=np.uint64)
+        self._idx = self._sample(np.uint64(seed)).copy()
+        vals = x[self._idx]
+        if not np.isfinite(vals).all():
+            raise ValueError("randk: input contains a non-finite value")
+        self._own = vals.astype(self.dtype)
+        if weight == 1.0:
+            self._v[:] = self._own
+        else:
+            np.multiply(vals, weight, out=self._v, casting="unsafe")
+        if not np.isfinite(self._v).all():
+            raise ValueError("randk: input exceeds the float32 range (use fp64=true)")
+        return self._v
+
+    def decode_add(self, total, out, scale=1.0):
+        out[self._idx] += (scale * self.d / self.k) * total.astype(np.float64)
+
+    def own_add(self, out, weight):
+        out[self._idx] += (weight * self.d / self.k) * self._own.astype(np.float64)
+
+    def model_bits(self):
+        return float(self.k * 8 * np.dtype(self.dtype).itemsize)
+
+
+class ConcatSum(SumCodec):
+    """Several messages (per-tensor codecs over slices [a, b) of one vector) in one Allreduce per
+    round; a part with fewer rounds sends nothing in the later ones. All parts share one dtype."""
+
+    def __init__(self, parts):
+        self.parts = list(parts)                       # [(a, b, codec)]
+        dtypes = {np.dtype(c.dtype) for _, _, c in self.parts}
+        if len(dtypes) != 1:
+            raise ConfigError("per-tensor Allreduce messages must share one float type (fp64 on all or none)")
+        self.dtype = dtypes.pop().type
+        self.rounds = max(c.rounds for _, _, c in self.parts)
+        self._len = tuple(sum(c.lengths()[r] for _, _, c in self.parts if r < c.rounds)
+                          for r in range(self.rounds))
+
+    def lengths(self):
+        return self._len
+
+    def _join(self, r, vecs):
+        return np.concatenate(vecs) if vecs else np.zeros(0, dtype=self.dtype)
+
+    def _pieces(self, r, total):
+        off = 0
+        for a, b, c in self.parts:
+            if r < c.rounds:
+                n = c.lengths()[r]
+                yield a, b, c, total[off:off + n]
+                off += n
+
+    def begin(self, x, weight, rng):
+        self._final = {}
+        return self._join(0, [c.begin(x[a:b], weight, rng) for a, b, c in self.parts])
+
+    def advance(self, r, total):
+        vecs = []
+        for a, b, c, t in self._pieces(r - 1, total):
+            if r < c.rounds:
+                vecs.append(c.advance(r, t))
+            else:
+                self._final[id(c)] = t.copy()          # this part's last sum arrived in round r − 1
+        return self._join(r, vecs)
+
+    def decode_add(self, total, out, scale=1.0):
+        self._final.update({id(c): t for _, _, c, t in self._pieces(self.rounds - 1, total)})
+        for a, b, c in self.parts:
+            c.decode_add(self._final[id(c)], out[a:b], scale)
+
+    def own_add(self, out, weight):
+        for a, b, c in self.parts:
+            c.own_add(out[a:b], weight)
+
+    def model_bits(self):
+        return float(sum(c.model_bits() for _, _, c in self.parts))
+
+
+COLLECTIVES = ("gather", "allreduce", "allgather")
+"""Every collective a run can use (``run.collective``); see :mod:`hpcgc.exchange`."""
