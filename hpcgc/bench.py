@@ -125,7 +125,7 @@ def summary_table(summaries) -> str:
 
 def cmd_run(args, argv, validate_only=False) -> int:
     from . import config
-    from .runner import execute, prepare
+    from .run import execute, prepare
     from .transport import Transport
 
     t = Transport()

@@ -84,6 +84,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "tolerance": Key(_NUM, 0.0, "stop when f − f* <= tolerance (0 = never)", check=(_nonneg, ">= 0")),
         "max_bits": Key(_NUM, 0.0, "stop when a worker has sent this many model bits (0 = no limit)", check=(_nonneg, ">= 0")),
         "max_seconds": Key(_NUM, 0.0, "stop a run after this many seconds of wall time (0 = no limit)", check=(_nonneg, ">= 0")),
+        "collective": Key(str, "gather", "how messages travel: 'gather' (parameter server: Gatherv to rank 0, "
+                          "Bcast of the iterate), 'allreduce' (summable messages: identity, randk shared_seed, "
+                          "powersgd; no server), 'allgather' (every rank decodes every payload; no server)",
+                          choices=("gather", "allreduce", "allgather")),
         "server": Key(str, "worker", "'worker': rank 0 is server and worker; 'dedicated': rank 0 holds no data",
                       choices=("worker", "dedicated")),
         "divergence_factor": Key(_NUM, 1e6, "mark diverged when f − f* exceeds this × (f(x⁰) − f*)", check=(_positive, "> 0")),

@@ -10,6 +10,7 @@ Layout (schema version 1; `docs/results.md` is the reference):
       bits_up_model, bits_up_wire                                                 (T, n)
       bits_down_wire                                                              (T,)
       time/<phase>                                                                (T, world_size)
+      mpi_bytes/<collective>                                                      (T, world_size)
       workers/...                                                                 (n,) tables
       per_iteration/<phase>                                                       (iterations, world_size)
       x_final                                                                     (d,) last iterate
@@ -36,6 +37,7 @@ SCALAR_SERIES = ("iteration", "loss", "suboptimality", "dist_to_opt", "grad_norm
                  "test_loss", "bits_down_wire")
 WORKER_SERIES = ("bits_up_model", "bits_up_wire")
 PHASES = ("grad", "compress", "comm_up", "server", "comm_down", "iter")
+LEDGER = ("Gather", "Gatherv", "Bcast", "Allgather", "Allgatherv", "Allreduce")   # = transport.LEDGER
 
 
 class ResultsWriter:
@@ -78,16 +80,19 @@ class RunWriter:
             g.create_dataset(name, shape=(0,), maxshape=(None,), dtype=dt, chunks=(256,))
         for name in WORKER_SERIES:
             g.create_dataset(name, shape=(0, n), maxshape=(None, n), dtype=np.float64, chunks=(256, n))
-        tg = g.create_group("time")
-        for ph in PHASES:
-            tg.create_dataset(ph, shape=(0, world), maxshape=(None, world), dtype=np.float64, chunks=(256, world))
+        for group, names in (("time", PHASES), ("mpi_bytes", LEDGER)):
+            tg = g.create_group(group)
+            for name in names:
+                tg.create_dataset(name, shape=(0, world), maxshape=(None, world), dtype=np.float64,
+                                  chunks=(256, world))
 
     def set_attrs(self, attrs: dict):
         for k, v in attrs.items():
             self.g.attrs[k] = _attr(v)
 
     def append(self, row: dict):
-        """One evaluation point: scalars, per-worker vectors, and ``time`` → (world, phases) array."""
+        """One evaluation point: scalars, per-worker vectors, ``time`` → (world, phases) array and
+        ``mpi_bytes`` → (world, collectives) array (the transport's cumulative sender ledger)."""
         t = self.rows
         for name in SCALAR_SERIES:
             ds = self.g[name]
@@ -97,11 +102,12 @@ class RunWriter:
             ds = self.g[name]
             ds.resize((t + 1, ds.shape[1]))
             ds[t] = row[name]
-        times = row["time"]
-        for j, ph in enumerate(PHASES):
-            ds = self.g["time"][ph]
-            ds.resize((t + 1, ds.shape[1]))
-            ds[t] = times[:, j]
+        for group, names in (("time", PHASES), ("mpi_bytes", LEDGER)):
+            cols = row[group]
+            for j, name in enumerate(names):
+                ds = self.g[group][name]
+                ds.resize((t + 1, ds.shape[1]))
+                ds[t] = cols[:, j]
         self.rows += 1
         now = time.monotonic()
         if now - self._last_flush >= FLUSH_SECONDS:
@@ -148,6 +154,7 @@ class Run:
     workers: dict
     per_iteration: dict = field(default_factory=dict)
     x_final: np.ndarray | None = None
+    mpi_bytes: dict = field(default_factory=dict)
 
     @property
     def status(self) -> str:
@@ -189,6 +196,7 @@ def load(path) -> Results:
         out.complete = bool(out.attrs.get("complete", False))
         for run_id, g in f["runs"].items():
             attrs = {k: _py(v) for k, v in g.attrs.items()}
+            attrs.setdefault("collective", "gather")        # files written before run.collective existed
             try:
                 config = tomllib.loads(attrs.get("config", ""))
             except tomllib.TOMLDecodeError:
@@ -198,7 +206,8 @@ def load(path) -> Results:
             workers = {k: v[()] for k, v in g["workers"].items()} if "workers" in g else {}
             per_it = {k: v[()] for k, v in g["per_iteration"].items()} if "per_iteration" in g else {}
             x_final = g["x_final"][()] if "x_final" in g else None
-            out.append(Run(run_id, attrs, config, series, times, workers, per_it, x_final))
+            sent = {k: v[()] for k, v in g["mpi_bytes"].items()} if "mpi_bytes" in g else {}
+            out.append(Run(run_id, attrs, config, series, times, workers, per_it, x_final, sent))
         return out
 
 

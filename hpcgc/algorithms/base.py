@@ -16,6 +16,20 @@ Before the first iteration, in this order (all optional):
     worker_setup_message(ws) -> bytes|None   one-time upload, same Gatherv as every payload,
     server_setup(ss, [(i, bytes)...])        recorded as workers/one_time_bits (model and wire)
 
+Collectives (``run.collective``, :mod:`hpcgc.exchange`): under ``gather`` rank 0 alone holds the
+server state; under ``allgather`` every rank does and runs ``server_step`` on all messages. An
+algorithm that can ride ``allreduce`` (``collectives`` lists it) also implements
+
+    worker_message(ws) -> vector             what worker i compresses this iteration
+    worker_sent(ws, own_add)                 update ws with its own decoded message:
+                                             own_add(out, a) does out += a·C(message)
+    server_reduced(ss, add_sum) -> x         the step from the aggregate: add_sum(out) does
+                                             out += Σ_i w_i C_i(message_i) (decoded from one sum)
+    sum_codec(i)                             worker i's :class:`~hpcgc.compressors.summable.SumCodec`
+
+and ``worker_encode`` is then, by default, ``compress(worker_message)`` + ``worker_sent`` with
+the decoded payload — one recursion, whatever carries it.
+
 Algorithms know nothing of MPI or HDF5.
 """
 from __future__ import annotations
@@ -25,6 +39,12 @@ import numpy as np
 
 class Algorithm:
     name = "?"
+    collectives = ("gather", "allgather")
+    collectives_why = "its messages are decoded per worker, so they do not add up in an Allreduce"
+    needs_unbiased = False
+    """True for methods whose theory needs E[C(x)] = x (DIANA, DCGD): refused at plan time."""
+    takes_biased = False
+    """True for methods built for biased (contractive) compressors, e.g. with error feedback."""
 
     def __init__(self, compressors: list, *, d: int, n_workers: int, weights, problem_info: dict,
                  options: dict):
@@ -53,6 +73,26 @@ class Algorithm:
 
     def one_time_model_bits(self, i: int, payload) -> float:
         return 8.0 * payload.size
+
+    # the message (every collective)
+    def worker_encode(self, state, rng) -> np.ndarray:
+        """Compress ``worker_message`` into the payload bytes, then ``worker_sent`` with it decoded."""
+        c = self.compressors[state.i]
+        payload = c.compress(self.worker_message(state), rng)
+        self.worker_sent(state, lambda out, a: c.decompress_add(payload, self.d, out, a))
+        return payload
+
+    def worker_message(self, state) -> np.ndarray:
+        raise NotImplementedError(f"{self.name} does not define worker_message")
+
+    def worker_sent(self, state, own_add) -> None:
+        return None
+
+    def sum_codec(self, i: int):
+        return self.compressors[i].sum_codec(self.d)
+
+    def server_reduced(self, state, add_sum):
+        raise NotImplementedError(f"{self.name} cannot take an Allreduce sum")
 
     def model_bits(self, i: int, payload) -> float:
         return self.compressors[i].model_bits(payload, self.d)

@@ -50,6 +50,8 @@ class Diana(Algorithm):
 
     name = "diana"
     learns_shifts = True
+    needs_unbiased = True
+    collectives = ("gather", "allreduce", "allgather")
 
     def __init__(self, compressors, *, d, n_workers, weights, problem_info, options):
         super().__init__(compressors, d=d, n_workers=n_workers, weights=weights, problem_info=problem_info,
@@ -57,8 +59,7 @@ class Diana(Algorithm):
         omegas = [c.omega(d) for c in compressors]
         if any(w is None for w in omegas):
             bad = next(c for c in compressors if c.omega(d) is None)
-            raise ConfigError(f"{self.name} needs an unbiased compressor; {bad.spec} is biased "
-                              "(use error feedback, algorithm 'ef', for biased compressors)")
+            raise ConfigError(biased_refusal(self.name, bad.spec))
         mult = options.get("step_multiplier", 1.0)
         if not (mult > 0 and np.isfinite(mult)):
             raise ConfigError(f"run.step_multiplier must be > 0, got {mult!r}")
@@ -66,7 +67,10 @@ class Diana(Algorithm):
         if not (0.0 <= beta < 1.0):
             raise ConfigError(f"run.momentum must be in [0, 1), got {beta!r}")
         self.omega = float(max(omegas))
-        self.gamma = mult * theory_step(problem_info["L_max"], self.omega, n_workers)
+        # shared randomness (shared-seed rand-k): the n messages are correlated, so their mean's
+        # variance is bounded by ω·mean‖Δ_i‖², not (ω/n)·mean‖Δ_i‖² — the step uses n = 1
+        self.independent = n_workers if not any(c.shared_randomness for c in compressors) else 1
+        self.gamma = mult * theory_step(problem_info["L_max"], self.omega, self.independent)
         self.alpha = self._alpha(options.get("alpha"))
         self.beta = float(beta)
         self.l1 = float(options.get("l1", 0.0))
@@ -93,13 +97,14 @@ class Diana(Algorithm):
         rows = rng.choice(problem.A.shape[0], size=self.batch, replace=False) if self.batch else None
         np.subtract(problem.grad(x, rows), state.h, out=state.delta)
 
-    def worker_encode(self, state: WorkerState, rng) -> np.ndarray:
-        """Compress Δ_i, update h_i with the decoded message, return the payload bytes."""
-        c = self.compressors[state.i]
-        payload = c.compress(state.delta, rng)
+    def worker_message(self, state: WorkerState) -> np.ndarray:
+        """Δ_i = g_i − h_i: the vector worker i compresses."""
+        return state.delta
+
+    def worker_sent(self, state: WorkerState, own_add) -> None:
+        """h_i ← h_i + α·C(Δ_i), with exactly the message the server decodes."""
         if self.alpha != 0.0:
-            c.decompress_add(payload, self.d, state.h, self.alpha)
-        return payload
+            own_add(state.h, self.alpha)
 
     # -- server side -----------------------------------------------------------------------------
     def server_init(self, x0: np.ndarray) -> ServerState:
@@ -111,6 +116,15 @@ class Diana(Algorithm):
         state.m[:] = 0.0
         for i, payload in messages:
             self.compressors[i].decompress_add(payload, self.d, state.m, self.weights[i])
+        return self._step(state)
+
+    def server_reduced(self, state: ServerState, add_sum) -> np.ndarray:
+        """The same step from the aggregate m = Σ_i w_i C(Δ_i) decoded from an Allreduce sum."""
+        state.m[:] = 0.0
+        add_sum(state.m)
+        return self._step(state)
+
+    def _step(self, state: ServerState) -> np.ndarray:
         # v = β v + (h + m);  x = prox(x − γ v);  h += α m
         if self.beta:
             state.v *= self.beta
@@ -128,7 +142,16 @@ class Diana(Algorithm):
         return state.x
 
     def describe(self) -> dict:
-        return {"gamma": self.gamma, "alpha": self.alpha, "beta": self.beta, "omega": self.omega}
+        return {"gamma": self.gamma, "alpha": self.alpha, "beta": self.beta, "omega": self.omega,
+                "independent_messages": self.independent}
+
+
+def biased_refusal(name: str, spec: str) -> str:
+    """The message of an unbiased-only method given a biased compressor: names the methods that take it."""
+    from . import REGISTRY
+    takers = sorted(k for k, (cls, _) in REGISTRY.items() if cls.takes_biased)
+    return (f"{name} needs an unbiased compressor; {spec} is biased. Algorithms that take biased compressors: "
+            f"{', '.join(takers)}")
 
 
 class Dcgd(Diana):

@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import compressors as C
 from ..errors import ConfigError
+from ..compressors.summable import ConcatSum
 from .base import Algorithm
 
 FRAME = 4  # bytes of length before each tensor's payload
@@ -45,6 +46,8 @@ class LocalSGD(Algorithm):
     aggregation = "samples"       # runner: weights N_i / N
     takes_learning_rate = True    # no smoothness constant needed: works for softmax/MLP
     clips_batch = True            # a worker with fewer samples than `batch` uses its whole shard (skewed splits)
+    takes_biased = True
+    collectives = ("gather", "allreduce", "allgather")
 
     def __init__(self, compressors, *, d, n_workers, weights, problem_info, options):
         super().__init__(compressors, d=d, n_workers=n_workers, weights=weights, problem_info=problem_info,
@@ -58,13 +61,14 @@ class LocalSGD(Algorithm):
         if self.steps < 1:
             raise ConfigError(f"run.local_steps must be >= 1, got {self.steps}")
         self.segments = [(a, b) for _, a, b, *_ in problem_info["segments"]]
+        self.shapes = [tuple(seg[3]) if len(seg) > 3 else (seg[2] - seg[1],) for seg in problem_info["segments"]]
         ratios = options.get("ratios")
         thresholds = options.get("thresholds")
         # per worker, per tensor compressors
         self.tensor_comps = []
         for i, base in enumerate(compressors):
             row = []
-            for a, b in self.segments:
+            for (a, b), shape in zip(self.segments, self.shapes):
                 dt = b - a
                 params = dict(base.params)
                 if "k" in params and ratios is not None and not np.isnan(ratios[i]):
@@ -74,6 +78,8 @@ class LocalSGD(Algorithm):
                 if "lam" in params and thresholds is not None and not np.isnan(thresholds[i]):
                     params["lam"] = float(thresholds[i])
                 comp = C.make(base.name, **params)
+                if getattr(comp, "matrices_only", False) and len(shape) != 2:    # PowerSGD: vectors go
+                    comp = C.make("identity", fp64=bool(params.get("fp64", False)))  # uncompressed (paper)
                 comp.validate(dt)
                 row.append(comp)
             self.tensor_comps.append(row)
@@ -86,6 +92,19 @@ class LocalSGD(Algorithm):
         return [c.params.get("k", b - a) for c, (a, b) in zip(self.tensor_comps[i], self.segments)]
 
     # -- worker --------------------------------------------------------------------------------------
+    def worker_message(self, ws: WorkerState) -> np.ndarray:
+        return ws.e if ws.e is not None else ws.u
+
+    def worker_sent(self, ws: WorkerState, own_add) -> None:
+        if ws.e is not None:
+            own_add(ws.e, -1.0)                 # e −= C(e), exactly what the others decode
+
+    def sum_codec(self, i: int):
+        """One Allreduce message over all tensors: each tensor's codec on its slice (its shape
+        for PowerSGD), concatenated per round."""
+        return ConcatSum([(a, b, c.sum_codec(b - a, shape))
+                          for c, (a, b), shape in zip(self.tensor_comps[i], self.segments, self.shapes)])
+
     def worker_init(self, i, problem=None) -> WorkerState:
         return WorkerState(i=i, problem=problem, u=np.zeros(self.d), e=np.zeros(self.d) if self.ef else None,
                            local=np.empty(self.d))
@@ -129,6 +148,10 @@ class LocalSGD(Algorithm):
         for i, payload in messages:
             for (a, b, p), comp in zip(self._split(payload), self.tensor_comps[i]):
                 comp.decompress_add(p, b - a, ss.x[a:b], self.weights[i])
+        return ss.x
+
+    def server_reduced(self, ss: ServerState, add_sum):
+        add_sum(ss.x)
         return ss.x
 
     def model_bits(self, i, payload) -> float:

@@ -103,6 +103,9 @@ class DianaPlus(Algorithm):
     name = "diana+"
     method = "diana"
     learns_shifts = True
+    needs_unbiased = True
+    collectives_why = ("each worker's message lives in its own whitened space (S_i Q_i(S_i^- ·)), so the "
+                       "messages do not add up before S_i is applied per worker; use 'gather' or 'allgather'")
     gamma_factor = 6.0        # γ = 1/(L + gamma_factor·L̃_max/n)
 
     def __init__(self, compressors, *, d, n_workers, weights, problem_info, options):

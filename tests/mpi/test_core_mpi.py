@@ -10,7 +10,7 @@ import pytest
 from mpi4py import MPI
 
 from hpcgc import config, results
-from hpcgc.runner import execute, prepare
+from hpcgc.run import execute, prepare
 from hpcgc.transport import Transport
 
 from tests.conftest import libsvm_path

@@ -1,0 +1,117 @@
+"""The interface of an exchange strategy: how one iteration's messages travel and where the
+server step runs (``run.collective``). GRACE calls this role the *communicator*; PyTorch DDP a
+communication hook. The loop (:mod:`hpcgc.run.loop`) calls, per iteration::
+
+    msg = exchange.encode(ws)                       # timed as "compress"
+    extra, up, server, down = exchange.exchange(msg, ss)
+                                                    # seconds: more compress work (PowerSGD between
+                                                    # its rounds), comm_up, server, comm_down
+
+and then :meth:`Exchange.control` on every rank (the per-iteration stop decision). Right after the
+server step, outside the timed phases, rank 0 calls ``on_step()`` (set by the run: it accounts the
+iteration's bits with :meth:`Exchange.account` and applies the bit and time budgets); under
+``gather`` its decision rides the broadcast. Only the transport calls
+MPI; an exchange composes transport calls with the algorithm's worker and server halves.
+
+Adding a collective = one file in this package + one line in its ``REGISTRY``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..transport import LENGTH_BYTES
+
+CONTINUE, STOP, DIVERGED = 0.0, 1.0, 2.0
+EMPTY = np.zeros(0, dtype=np.uint8)
+
+
+def messages(got, worker_ranks):
+    """[(worker index, payload view)] from a (buffer, counts, displs) triple of the transport."""
+    buf, counts, displs = got
+    return [(i, buf[displs[rk]:displs[rk] + counts[rk]]) for i, rk in enumerate(worker_ranks)]
+
+
+def exploded(x) -> bool:
+    """The divergence test applied after every step: a non-finite or exploding iterate."""
+    sq = float(np.dot(x, x))
+    return not math.isfinite(sq) or sq > 1e200
+
+
+class Exchange:
+    """Base class. ``server_everywhere``: every rank holds the server state and runs the step
+    (no downlink); else rank 0 alone does and broadcasts the iterate."""
+
+    name = "?"
+    summary = ""
+    server_everywhere = True
+    carries_control = False
+    """True when rank 0's per-iteration stop decision (bit and time budgets) reaches every rank
+    with the iteration's own messages; otherwise those budgets are checked at evaluation points."""
+
+    def __init__(self, transport, alg, worker_ranks, me, x, encode_rng):
+        self.t, self.alg = transport, alg
+        self.worker_ranks = worker_ranks
+        self.me = me                            # worker index of this rank, None on a dedicated server
+        self.x = x                              # the iterate every rank reads (updated in place)
+        self.rng = encode_rng                   # the generator compressors draw from
+        self.n = len(worker_ranks)
+        self.holds_server = self.server_everywhere or transport.is_root
+        self.msgs = []
+        self.on_step = lambda: CONTINUE         # rank 0, after the server step (see the module doc)
+
+    @classmethod
+    def check(cls, *, alg_cls, compressor, server: str) -> None:
+        """Plan-time check (no data): raise ConfigError if this run cannot use the collective."""
+        if cls.server_everywhere and server == "dedicated":
+            raise ConfigError(f"run.collective = {cls.name!r} has no server: every rank holds the state and "
+                              "takes the step; run.server = 'dedicated' needs run.collective = 'gather'")
+        if cls.name not in compressor.collectives:
+            raise ConfigError(f"compressor {compressor.spec} cannot ride run.collective = {cls.name!r}; "
+                              f"collectives it can use: {', '.join(compressor.collectives)}")
+        if cls.name not in alg_cls.collectives:
+            raise ConfigError(f"algorithm {alg_cls.name!r} cannot run under run.collective = {cls.name!r}: "
+                              f"{alg_cls.collectives_why}")
+
+    # -- per iteration -------------------------------------------------------------------------
+    def encode(self, ws):
+        """The worker's message (byte payload by default)."""
+        return self.alg.worker_encode(ws, self.rng)
+
+    def exchange(self, msg, ss) -> tuple[float, float, float, float]:
+        raise NotImplementedError
+
+    def _stepped(self):
+        """After the server step: rank 0's untimed bookkeeping (bits, budgets)."""
+        return self.on_step() if self.t.is_root else CONTINUE
+
+    def control(self) -> float:
+        """Every rank: CONTINUE, STOP or DIVERGED after this iteration (collective-free)."""
+        return DIVERGED if exploded(self.x) else CONTINUE
+
+    def account(self, bits_model, bits_wire) -> float:
+        """Rank 0: add this iteration's per-worker model and wire bits; return downlink bits."""
+        for i, p in self.msgs:
+            bits_wire[i] += 8 * (LENGTH_BYTES + p.size)
+            bits_model[i] += self.alg.model_bits(i, p)
+        return 0.0
+
+    def one_time(self, payload, ss) -> dict:
+        """The algorithm's one-time set-up message (e.g. DIANA+'s S_i), delivered to every rank
+        that holds the server state; returns per-worker model and wire bits (rank 0)."""
+        got = self._deliver(EMPTY if payload is None else payload)
+        out = {"model": np.zeros(self.n), "wire": np.zeros(self.n)}
+        if got is not None:
+            msgs = messages(got, self.worker_ranks)
+            self.alg.server_setup(ss, msgs)
+            for i, p in msgs:
+                out["wire"][i] = 8 * (LENGTH_BYTES + p.size)
+                out["model"][i] = self.alg.one_time_model_bits(i, p)
+        return out
+
+    def _deliver(self, payload):
+        return self.t.allgather_payloads(payload)
+
+

@@ -1,0 +1,115 @@
+"""The experiment: prepare every run (validation and data set-up, before any file exists) and
+execute them one after the other into one results file written by rank 0."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .. import compressors
+from ..errors import ConfigError, UserError
+from ..transport import RankOrderedJIT, Transport
+from .run import Run
+from .setup import DataCache, plan
+
+def warm_jit(specs, transport: Transport):
+    """Compile (or load from cache) every compressor's kernels, rank 0 first (see RankOrderedJIT)."""
+    def warm():
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal(64)
+        for spec in specs:
+            c = compressors.make(spec)
+            try:
+                c.validate(64)
+            except ConfigError:
+                continue
+            p = c.compress(x, rng)
+            out = np.zeros(64)
+            c.decompress_add(p, 64, out, 1.0)
+            c.model_bits(p, 64)
+    RankOrderedJIT(transport).run(warm)
+
+
+def parse_selection(text: str, count: int) -> list[int]:
+    """'3', '0,2,5', '4-7' (inclusive) → sorted grid indices, each checked against the grid size."""
+    out = set()
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.strip().partition("-")
+            a = int(lo)
+            b = int(hi) if hi else a
+            out.update(range(a, b + 1))
+    except ValueError:
+        raise ConfigError(f"--grid-index expects I, I,J or I-J (0-based), got {text!r}") from None
+    bad = [i for i in out if not 0 <= i < count]
+    if bad or not out:
+        raise ConfigError(f"--grid-index {text!r} is outside the grid of {count} point(s) (0..{count - 1})")
+    return sorted(out)
+
+
+def prepare(cfg: dict, transport: Transport, select: str | None = None) -> list[Run]:
+    """Validate every grid point and build every run's set-up on every rank, before any file exists.
+
+    Any user error (bad name, parameter, data file, partition, batch size) is raised here on every
+    rank alike, so a bad experiment fails before it has written anything. ``select`` restricts the
+    grid to some points (``--grid-index``, e.g. one SLURM array task each); run ids keep their
+    index in the full grid.
+    """
+    error, plans = None, []
+    try:
+        plans = plan(cfg)
+        if select is not None:
+            plans = [plans[i] for i in parse_selection(select, len(plans))]
+    except UserError as exc:
+        error = exc
+    transport.agree(error)
+    cache = DataCache(transport)
+    runs = []
+    for rp in plans:
+        setup = cache.setup(rp.cfg)          # agrees on errors internally
+        error = None
+        try:
+            runs.append(Run(rp, setup, transport))
+        except UserError as exc:
+            error = exc
+        transport.agree(error)
+    return runs
+
+
+def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_start=None, name="experiment",
+            progress=False):
+    """Run prepared runs; rank 0 writes ``out`` (via ``out.partial``). Returns (path, summaries) on
+    rank 0 and (None, []) elsewhere. A run that diverges is recorded and the experiment goes on;
+    an exception leaves the partial file readable and propagates."""
+    from .. import provenance
+    from ..results import ResultsWriter
+
+    t = transport
+    warm_jit(sorted({r.comp.spec for r in runs}), t)
+    attrs = provenance.collect(t, list(argv))
+    writer, err = None, None
+    if t.is_root:
+        log(provenance.header(attrs))
+        if t_start is not None:
+            log(f"# experiment {name!r}: {len(runs)} run(s); set-up {time.perf_counter() - t_start:.2f} s "
+                "(data, partitions, f*, JIT)")
+        try:
+            writer = ResultsWriter(out, attrs)
+        except OSError as exc:
+            err = UserError(f"cannot create results file {out}: {exc.strerror or exc}")
+    t.agree(err)
+    summaries = []
+    try:
+        for i, run in enumerate(runs):
+            run.writer = writer
+            run.show_progress = progress
+            s = run.execute()
+            if s is not None:
+                summaries.append(s)
+                log(f"[{i + 1}/{len(runs)}] {s.run_id}: {s.status} ({s.stop_reason}) after {s.iterations} it, "
+                    f"f - f* = {s.suboptimality:.3e}, {s.mb_up:.4f} MB up, {s.median_iter_ms:.3f} ms/it (median)")
+    except BaseException:
+        if writer is not None:
+            writer.close(complete=False)
+        raise
+    return (writer.close(complete=True) if writer is not None else None), summaries

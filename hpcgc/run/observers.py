@@ -1,0 +1,159 @@
+"""What watches a run from the iteration boundaries (the loop itself never changes for them).
+
+:class:`Watch` is the loop's one contact: ``lap`` after every iteration (every rank: phase timers;
+rank 0: each observer's ``lap``) and ``evaluate`` at evaluation points — a collective: the ranks'
+cumulative timers and MPI byte ledgers go to rank 0, rank 0 evaluates the metrics into one row,
+every observer sees it and may vote to stop, and the decision is broadcast (measurement traffic,
+outside the ledger and the timers). Observers run on rank 0 and implement any of
+
+    lap(k)                      after iteration k (cheap: progress)
+    evaluate(k, row) -> code    at an evaluation point: CONTINUE or STOP (recording, stop rules)
+
+Adding a stop rule, a recorder or a checkpoint = one observer, appended to the run's list.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ..exchange.base import CONTINUE, STOP
+from ..progress import Progress
+from ..transport import LEDGER, PHASES
+
+
+class Outcome:
+    """How the run ended: status (completed | diverged | stopped) and a reason, set by the rules."""
+
+    def __init__(self):
+        self.status, self.reason = "completed", "iterations"
+
+    def end(self, status: str, reason: str) -> float:
+        self.status, self.reason = status, reason
+        return STOP
+
+
+class Clock:
+    """Every rank: cumulative seconds per phase, and every iteration's phases when kept."""
+
+    def __init__(self, iterations: int, keep: bool):
+        self.totals = np.zeros(len(PHASES))
+        self.per_iteration = np.zeros((iterations, len(PHASES))) if keep else None
+
+    def lap(self, k: int, phases):
+        row = (*phases, sum(phases))                     # "iter" = the sum of the method's phases
+        self.totals += row
+        if self.per_iteration is not None:
+            self.per_iteration[k - 1] = row
+
+
+class Ledger:
+    """Rank 0: cumulative model and wire bits per worker (uplink) and downlink bits, accounted by
+    the exchange from the messages that really went through MPI."""
+
+    def __init__(self, n: int):
+        self.model = np.zeros(n)
+        self.wire = np.zeros(n)
+        self.down = 0.0
+
+    def account(self, ex):
+        self.down += ex.account(self.model, self.wire)
+
+
+class Budgets:
+    """Rank 0: the bit and wall-time budgets (``run.max_bits``, ``run.max_seconds``)."""
+
+    def __init__(self, r: dict, ledger: Ledger, outcome: Outcome):
+        self.max_bits, self.max_seconds = r["max_bits"], r["max_seconds"]
+        self.ledger, self.outcome = ledger, outcome
+        self.t0 = time.monotonic()
+
+    def check(self) -> float:
+        if self.max_bits > 0 and self.ledger.model.max() >= self.max_bits:
+            return self.outcome.end("stopped", f"bit budget {self.max_bits:g} reached")
+        if self.max_seconds > 0 and time.monotonic() - self.t0 >= self.max_seconds:
+            return self.outcome.end("stopped", f"wall-time budget {self.max_seconds:g} s reached")
+        return CONTINUE
+
+
+class StopRules:
+    """Rank 0, at evaluation points: divergence (non-finite loss, or the progress measure above
+    ``divergence_factor`` × its start), the tolerance on f − f*, and the budgets when the
+    collective has no per-iteration downlink to carry them (``allreduce``, ``allgather``)."""
+
+    def __init__(self, r: dict, has_optimum: bool, outcome: Outcome, budgets: Budgets | None):
+        self.r, self.has_opt, self.outcome, self.budgets = r, has_optimum, outcome, budgets
+        self.start = None
+
+    def evaluate(self, k: int, row: dict) -> float:
+        gap = row["suboptimality"] if self.has_opt else row["loss"]
+        if self.start is None:
+            self.start = max(abs(gap), 1e-300)
+        if not math.isfinite(row["loss"]) or gap > self.r["divergence_factor"] * self.start:
+            what = "f - f*" if self.has_opt else "loss"
+            return self.outcome.end("diverged", f"{what} = {gap:.3g} at iteration {k}")
+        tol = self.r["tolerance"]
+        if tol > 0 and self.has_opt and gap <= tol:
+            return self.outcome.end("completed", f"tolerance {tol:g} reached")
+        return self.budgets.check() if self.budgets is not None else CONTINUE
+
+
+class Recorder:
+    """Rank 0: one results row per evaluation point (``hpcgc.results.RunWriter``)."""
+
+    def __init__(self, writer):
+        self.w = writer
+
+    def evaluate(self, k: int, row: dict) -> float:
+        if self.w is not None:
+            self.w.append(row)
+        return CONTINUE
+
+
+class ProgressLine:
+    """Rank 0: the live progress line (iteration, f − f*, MB sent, ETA)."""
+
+    def __init__(self, label: str, iterations: int, enabled: bool, crossed: np.ndarray, ledger: Ledger):
+        self.bar = Progress(label, iterations, enabled=enabled)
+        self.crossed, self.ledger, self.last = crossed, ledger, np.nan
+
+    def lap(self, k: int):
+        self.bar.update(k, self.last, self.ledger.wire[self.crossed].sum() / 8e6)
+
+    def evaluate(self, k: int, row: dict) -> float:
+        self.last = row.get("suboptimality", np.nan)
+        return CONTINUE
+
+    def close(self):
+        self.bar.close()
+
+
+class Watch:
+    """The loop's observer hub (see the module doc). ``metrics(x)`` → dict is rank 0's evaluation."""
+
+    def __init__(self, transport, clock: Clock, ledger: Ledger | None, metrics, observers):
+        self.t, self.clock, self.ledger = transport, clock, ledger
+        self.metrics, self.observers = metrics, observers
+        self.ctrl = np.zeros(1)
+        self.last_row = {}
+
+    def lap(self, k: int, phases):
+        self.clock.lap(k, phases)
+        for o in self.observers:
+            if hasattr(o, "lap"):
+                o.lap(k)
+
+    def evaluate(self, k: int) -> bool:
+        t = self.t
+        rows = t.gather_rows(np.concatenate([self.clock.totals, t.ledger]))
+        if t.is_root:
+            row = self.metrics()
+            row.update(iteration=k, bits_up_model=self.ledger.model, bits_up_wire=self.ledger.wire,
+                       bits_down_wire=self.ledger.down, time=rows[:, :len(PHASES)],
+                       mpi_bytes=rows[:, len(PHASES):len(PHASES) + len(LEDGER)])
+            self.last_row = row
+            votes = [o.evaluate(k, row) for o in self.observers if hasattr(o, "evaluate")]
+            self.ctrl[0] = max(votes, default=CONTINUE)
+        t.bcast_control(self.ctrl)
+        return self.ctrl[0] != CONTINUE

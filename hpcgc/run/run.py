@@ -1,0 +1,262 @@
+"""One run: its compressors, algorithm and exchange built from the plan, executed through the loop.
+
+``Run.execute`` sets up the states, wires the observers (:mod:`.observers`) and the exchange
+(:mod:`hpcgc.exchange`), calls :func:`.loop.iterate`, and writes the run's tables. Metrics are
+computed on rank 0 only, on the global objective, outside the timed phases.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import algorithms, allocation, compressors, config, exchange
+from ..errors import ConfigError
+from ..transport import LENGTH_BYTES, PHASES, Transport
+from .loop import iterate
+from .observers import Budgets, Clock, Ledger, Outcome, ProgressLine, Recorder, StopRules, Watch
+from .setup import RunPlan, Setup, binary_accuracy
+
+EMPTY = np.zeros(0, dtype=np.uint8)
+SHARED_STREAM = 0x5EED
+"""Spawn key of the generator every rank draws alike (shared-seed compressors)."""
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    algorithm: str
+    compressor: str
+    collective: str
+    status: str
+    stop_reason: str
+    iterations: int
+    suboptimality: float
+    mb_up: float
+    phase_ms: dict
+    median_iter_ms: float
+    wire_over_model: float
+
+
+class Run:
+    def __init__(self, rp: RunPlan, setup: Setup, transport: Transport, writer=None, show_progress=False):
+        self.rp, self.s, self.t = rp, setup, transport
+        self.writer = writer
+        self.show_progress = show_progress
+        rc = rp.cfg
+        self.r = rc["run"]
+        s = setup
+        self.comp = compressors.make(self.r["compressor"])
+        self.comps = self._per_worker_compressors()
+        if self.r["batch"] > int(s.samples.min()) and not getattr(algorithms.get(self.r["algorithm"]),
+                                                                  "clips_batch", False):
+            raise ConfigError(f"run.batch = {self.r['batch']} exceeds the smallest worker's sample count "
+                              f"{int(s.samples.min())}")
+        alg_cls = algorithms.get(self.r["algorithm"])
+        if getattr(alg_cls, "aggregation", "mean") == "samples":      # DAGC: N_i / N
+            weights = s.samples / s.samples.sum()
+        else:                                                          # DIANA: 1/n
+            weights = np.full(s.n_workers, 1.0 / s.n_workers)
+        self.x0 = s.model.init(self.r["seed"]) if s.model is not None else np.zeros(s.d)
+        segments = s.model.segments if s.model is not None else [("x", 0, s.d, (s.d,))]
+        self.alg = alg_cls(self.comps, d=s.d, n_workers=s.n_workers, weights=weights,
+                           problem_info={"L_max": s.L_max, "L": s.L, "mu": rc["problem"]["l2"], "segments": segments,
+                                         "kind": rc["problem"]["kind"]},
+                           options={**self.r, "l1": rc["problem"]["l1"], "ratios": self.ratios,
+                                    "thresholds": self.thresholds})
+        if self.r["collective"] == "allreduce":
+            self.alg.sum_codec(0)     # the message's shape is known now: e.g. a PowerSGD rank too large for a layer
+        seq = np.random.SeedSequence(self.r["seed"]).spawn(transport.size)[transport.rank]
+        self.rng = np.random.default_rng(seq)
+        # identical on every rank: what shared-seed compressors draw from (same coordinates everywhere)
+        self.shared_rng = np.random.default_rng(np.random.SeedSequence(self.r["seed"], spawn_key=(SHARED_STREAM,)))
+        self.shared = any(c.shared_randomness for c in self.comps)
+
+    def _per_worker_compressors(self) -> list:
+        """Worker i's compressor: with a budget, an allocation sets each worker's kept fraction δ_i,
+        applied as k_i = max(1, ⌈δ_i·d⌉) to compressors that have a ``k`` parameter, or (``dagc-a``)
+        its threshold λ_i for the hard-threshold compressor. Algorithms that compress per tensor
+        (local SGD) re-apply δ_i per tensor from ``ratios``."""
+        s, r = self.s, self.r
+        self.ratios = np.full(s.n_workers, np.nan)
+        self.thresholds = np.full(s.n_workers, np.nan)
+        self.budget_applied = False
+        if r["budget"] > 0 and allocation.kind(r["allocation"]) == "threshold":
+            self.thresholds = self._allocate_on_root()
+            comps = [compressors.make(self.comp.name, **{**self.comp.params, "lam": float(v)})
+                     for v in self.thresholds]
+            self.budget_applied = True
+        elif r["budget"] > 0 and "k" in self.comp.params:
+            self.ratios = self._allocate_on_root()
+            ks = allocation.kept_counts(self.ratios, s.d)
+            comps = [compressors.make(self.comp.name, **{**self.comp.params, "k": int(k)}) for k in ks]
+            self.comp = comps[0] if len(set(ks)) == 1 else self.comp
+            self.budget_applied = True
+        else:
+            comps = [self.comp] * s.n_workers
+        comps = [c.for_run(d=s.d, n_workers=s.n_workers) for c in comps]
+        for c in comps:
+            c.validate(s.d)
+        if "k" in self.comp.params and not self.budget_applied:
+            self.ratios[:] = self.comp.params["k"] / s.d
+        if "lam" in self.comp.params and not self.budget_applied:
+            self.thresholds[:] = self.comp.params["lam"]
+        return comps
+
+    def _allocate_on_root(self) -> np.ndarray:
+        """Rank 0 solves the allocation from the workers' sample counts and broadcasts the result
+        (`spec/decisions.md`, DAGC); an infeasible budget fails on every rank alike."""
+        s, r, t = self.s, self.r, self.t
+        result = None
+        if t.is_root:
+            try:
+                budget = r["budget"]
+                if r["budget_unit"] == "coordinates":   # total coordinates per round → mean fraction
+                    budget = allocation.coordinates_budget(budget, s.n_workers, s.d)
+                if allocation.kind(r["allocation"]) == "ratio" and budget * s.d < 1:
+                    raise ConfigError(f"run.budget keeps {budget * s.d:.3g} of d = {s.d} coordinates per worker "
+                                      "on average: too small for every worker to send one coordinate")
+                result = allocation.allocate(r["allocation"], s.samples, budget)
+            except ConfigError as exc:
+                result = exc
+        result = t.bcast_object(result)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    # metrics are computed on rank 0 only, on the global objective, outside the timed phases
+    def _metrics(self, x, x0_dist):
+        """Loss on the training data (all shards), f − f* and ‖x − x*‖² where an optimum exists,
+        accuracy on the test split if there is one (else on the training data)."""
+        s = self.s
+        F = s.global_obj.full_loss(x)
+        g = s.global_obj.grad(x)
+        out = {"loss": F, "grad_norm_sq": float(np.dot(g, g)), "suboptimality": np.nan, "dist_to_opt": np.nan}
+        if s.opt is not None:
+            out["suboptimality"] = F - s.opt.f
+            out["dist_to_opt"] = float(np.sum((x - s.opt.x) ** 2)) / x0_dist if x0_dist > 0 else 0.0
+        if s.model is not None:
+            out["train_accuracy"] = s.global_obj.accuracy(x)
+        elif s.global_obj.kind == "logreg":
+            out["train_accuracy"] = binary_accuracy(s.global_obj, x)
+        if s.test is not None:
+            out["test_loss"] = s.test.full_loss(x)
+            if s.model is not None:
+                out["accuracy"] = s.test.accuracy(x)
+            elif s.test.kind == "logreg":
+                out["accuracy"] = binary_accuracy(s.test, x)
+        elif "train_accuracy" in out:
+            out["accuracy"] = out["train_accuracy"]
+        return out
+
+    def execute(self) -> RunSummary | None:
+        s, t, r, alg = self.s, self.t, self.r, self.alg
+        root = t.is_root
+        me = s.worker_ranks.index(t.rank) if t.rank in s.worker_ranks else None
+        x = np.array(self.x0, dtype=np.float64)        # identical on every rank (zeros, or the seeded MLP init)
+        ws = alg.worker_init(me, s.local) if me is not None else None
+        vals = alg.agree_values(ws) if ws is not None else None
+        width = int(t.allreduce_max(-1.0 if vals is None else float(len(vals))))
+        if width >= 0:
+            mine = np.full(width, -np.inf) if vals is None else np.asarray(vals, dtype=np.float64)
+            alg.set_agreed(t.allreduce_max_array(mine))
+        ex = exchange.get(r["collective"])(t, alg, s.worker_ranks, me, x,
+                                           self.shared_rng if self.shared else self.rng)
+        ss = alg.server_init(x) if ex.holds_server else None
+        one_time = self._one_time_upload(ex, ws, ss)
+        crossed = np.array([rk != 0 or ex.server_everywhere for rk in s.worker_ranks])
+        t.reset_ledger()
+        t.barrier()
+
+        clock = Clock(r["iterations"], r["per_iteration_times"])
+        outcome, ledger, observers, rw, bar = Outcome(), None, [], None, None
+        if root:
+            ledger = Ledger(s.n_workers)
+            budgets = Budgets(r, ledger, outcome)
+            x0_dist = float(np.sum((x - s.opt.x) ** 2)) if s.opt is not None else 0.0
+            rw = self.writer.begin_run(self.rp.run_id, self._attrs(), s.n_workers, t.size) if self.writer else None
+            bar = ProgressLine(self.rp.run_id, r["iterations"], self.show_progress, crossed, ledger)
+            observers = [Recorder(rw), StopRules(r, s.opt is not None, outcome,
+                                                 None if ex.carries_control else budgets), bar]
+
+            def on_step():
+                ledger.account(ex)
+                return budgets.check() if ex.carries_control else 0.0
+            ex.on_step = on_step
+        watch = Watch(t, clock, ledger, lambda: self._metrics(x, x0_dist), observers)
+        done, blew_up = iterate(alg, ex, ws, ss, x, s.local, self.rng, iterations=r["iterations"],
+                                eval_every=r["eval_every"], watch=watch)
+        if blew_up:
+            outcome.end("diverged", f"non-finite or exploding iterate at iteration {done}")
+        if root:
+            bar.close()
+        return self._finish(rw, x, done, blew_up, clock, ledger, outcome, one_time, crossed, watch.last_row)
+
+    def _finish(self, rw, x, done, blew_up, clock, ledger, outcome, one_time, crossed, last_row):
+        """Tear-down (collective, untimed): sender-side ledger and per-iteration timings to rank 0,
+        the run's tables, the summary."""
+        s, t, r = self.s, self.t, self.r
+        sent = t.gather_rows(np.array([float(t.up_bytes)]))
+        per_it = clock.per_iteration
+        per_rank = t.gather_rows(per_it[:done].ravel()) if per_it is not None else None
+        if not t.is_root:
+            return None
+        n = s.n_workers
+        if blew_up and rw is not None:
+            # the divergent state is recorded as the last row so the file shows where it blew up
+            rw.append({"iteration": done, "loss": np.nan, "suboptimality": np.nan, "dist_to_opt": np.nan,
+                       "grad_norm_sq": np.nan, "accuracy": np.nan, "bits_up_model": ledger.model,
+                       "bits_up_wire": ledger.wire, "bits_down_wire": ledger.down,
+                       "time": np.tile(clock.totals, (t.size, 1)) * np.nan,
+                       "mpi_bytes": np.tile(t.ledger, (t.size, 1)) * np.nan})
+        if rw is not None:
+            rw.write_table("workers", {
+                "rank": np.array(s.worker_ranks), "samples": s.samples,
+                "compression_ratio": np.where(np.isnan(self.ratios), 1.0, self.ratios),
+                "threshold": self.thresholds, "label_histogram": s.label_hist,
+                "one_time_bits": one_time["model"], "one_time_bits_wire": one_time["wire"],
+                "crossed_network": crossed, "smoothness": s.L_local,
+                "sender_bytes_up": sent[s.worker_ranks, 0]})
+            if per_rank is not None:
+                pr = per_rank.reshape(t.size, done, len(PHASES))
+                rw.write_table("per_iteration", {ph: pr[:, :, j].T.astype(np.float32)
+                                                 for j, ph in enumerate(PHASES)})
+            rw.finish(outcome.status, outcome.reason, {"iterations_done": done}, {"x_final": x})
+        mean_ms = {ph: 1e3 * clock.totals[j] / max(done, 1) for j, ph in enumerate(PHASES)}
+        if per_rank is not None and done:
+            pr = per_rank.reshape(t.size, done, len(PHASES))
+            mean_ms = {ph: 1e3 * float(pr[:, :, j].mean()) for j, ph in enumerate(PHASES)}
+            med_iter = 1e3 * float(np.median(pr[:, :, PHASES.index("iter")]))
+        else:
+            med_iter = mean_ms["iter"]
+        model_total = ledger.model.sum()
+        header = 8 * LENGTH_BYTES * n * done if r["collective"] != "allreduce" else 0
+        return RunSummary(
+            run_id=self.rp.run_id, algorithm=r["algorithm"], compressor=self.comp.spec, collective=r["collective"],
+            status=outcome.status, stop_reason=outcome.reason, iterations=done,
+            suboptimality=float(last_row.get("suboptimality", np.nan)) if outcome.status != "diverged" else np.nan,
+            mb_up=float(ledger.wire[crossed].sum()) / 8e6, phase_ms=mean_ms, median_iter_ms=med_iter,
+            wire_over_model=float(ledger.wire.sum() - header) / model_total if model_total else np.nan)
+
+    def _one_time_upload(self, ex, ws, ss) -> dict:
+        """The algorithm's one-time set-up message (e.g. L_i^{1/2} for smoothness-aware methods),
+        sent through the run's collective like every other payload. Collective; no-op when unused."""
+        payload = self.alg.worker_setup_message(ws) if ws is not None else None
+        if not self.t.allreduce_max(0.0 if payload is None else 1.0):
+            n = self.s.n_workers
+            return {"model": np.zeros(n), "wire": np.zeros(n)}
+        return ex.one_time(payload, ss)
+
+    def _attrs(self) -> dict:
+        s, r, rc = self.s, self.r, self.rp.cfg
+        a = {"config": config.to_toml(rc), "label": rc["label"], "algorithm": r["algorithm"], "compressor": self.comp.spec,
+             "compressor_name": self.comp.name, "allocation": r["allocation"], "budget": r["budget"],
+             "budget_applied": self.budget_applied, "seed": r["seed"], "dataset": rc["data"]["dataset"],
+             "partition": rc["data"]["partition"], "problem": rc["problem"]["kind"],
+             "l2": rc["problem"]["l2"], "l1": rc["problem"]["l1"], "d": s.d, "n_workers": s.n_workers,
+             "server": r["server"], "collective": r["collective"], "f_star": s.opt.f if s.opt else np.nan,
+             "x_star_grad_norm": s.opt.grad_norm if s.opt else np.nan,
+             "f_star_method": s.opt.method if s.opt else "none (nonconvex or no reference)", "L_max": s.L_max, "setup_seconds": s.setup_seconds,
+             "iterations": r["iterations"], "eval_every": r["eval_every"], "batch": r["batch"]}
+        a.update(self.alg.describe())
+        return a

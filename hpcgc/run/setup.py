@@ -1,0 +1,226 @@
+"""Planning and data set-up: everything a run needs before its first iteration.
+
+``plan`` expands the sweep and checks every grid point without data (names, parameters, the
+algorithm × compressor × collective × server combination), identically on every rank.
+:class:`DataCache` builds each (data, partition, problem) set-up once: rank 0 loads and partitions,
+scatters the shards, solves the reference optimum; every rank gets what its role needs.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import algorithms, allocation, compressors, config, data, exchange
+from ..errors import ConfigError, UserError
+from ..models import MODEL_KINDS, ClassifierProblem, Model
+from ..problems import KINDS as LINEAR_KINDS
+from ..problems import Objective, cached_reference
+from ..transport import Transport
+
+PROBLEM_KINDS = LINEAR_KINDS + MODEL_KINDS
+
+# -- planning (identical on every rank, no data needed) -------------------------------------------
+@dataclass
+class RunPlan:
+    index: int
+    run_id: str
+    cfg: dict
+
+
+def plan(cfg: dict) -> list[RunPlan]:
+    """Expand the sweep and check every grid point's names and parameters (cheap, no data)."""
+    runs = []
+    for i, rc in enumerate(config.expand(cfg)):
+        r = rc["run"]
+        algorithms.get(r["algorithm"])
+        comp = compressors.make(r["compressor"])
+        allocation.check_name(r["allocation"])
+        if (r["allocation"] != "uniform" or r["budget"] > 0) and r["budget_unit"] == "fraction":
+            allocation.check_budget(r["allocation"], r["budget"])
+        kind = rc["problem"]["kind"]
+        if kind not in PROBLEM_KINDS:
+            raise ConfigError(f"unknown problem.kind {kind!r}; available: {', '.join(PROBLEM_KINDS)}")
+        alg_cls = algorithms.get(r["algorithm"])
+        if kind in MODEL_KINDS and not getattr(alg_cls, "takes_learning_rate", False):
+            raise ConfigError(f"algorithm {r['algorithm']!r} uses a step size from smoothness constants, which "
+                              f"problem.kind = {kind!r} does not have; use algorithm 'local-sgd'")
+        if allocation.kind(r["allocation"]) == "threshold" and "lam" not in comp.params:
+            raise ConfigError(f"allocation {r['allocation']!r} sets per-worker thresholds; it needs the hard-threshold "
+                              f"compressor ('threshold:lam=...'), not {comp.spec!r}")
+        if alg_cls.needs_unbiased and not comp.unbiased:
+            from ..algorithms.diana import biased_refusal
+            raise ConfigError(biased_refusal(r["algorithm"], comp.spec))
+        check_collective(r, alg_cls, comp)
+        if not 0.0 <= r["momentum"] < 1.0:
+            raise ConfigError(f"run.momentum must be in [0, 1), got {r['momentum']!r}")
+        if isinstance(r["alpha"], str) and r["alpha"] != "theory":
+            raise ConfigError(f"run.alpha must be a number in (0, 1] or 'theory', got {r['alpha']!r}")
+        tag = rc["label"] or f"{r['algorithm']}-{comp.spec}"
+        if r["allocation"] != "uniform" and not rc["label"]:
+            tag += f"-{r['allocation']}"
+        if r["collective"] != "gather" and not rc["label"]:
+            tag += f"-{r['collective']}"
+        tag = re.sub(r"[^A-Za-z0-9.+-]+", "_", tag.replace("=", ""))
+        runs.append(RunPlan(i, f"{i:03d}-{tag}-s{r['seed']}", rc))
+    return runs
+
+
+def check_collective(r: dict, alg_cls, comp) -> None:
+    """run.collective against the algorithm, the compressor, the server mode and the allocation."""
+    ex = exchange.get(r["collective"])
+    ex.check(alg_cls=alg_cls, compressor=comp, server=r["server"])
+    if ex.name == "allreduce" and (r["allocation"] != "uniform"):
+        raise ConfigError(f"run.allocation = {r['allocation']!r} gives the workers messages of different sizes; "
+                          "an Allreduce sums one message shape on every rank: use 'gather' or 'allgather'")
+
+
+# -- data set-up (every rank) --------------------------------------------------------------------
+@dataclass
+class Setup:
+    """Everything a run needs that depends only on data, partition and problem."""
+    d: int
+    n_workers: int
+    worker_ranks: list
+    samples: np.ndarray
+    label_hist: np.ndarray
+    local: Objective | None          # this rank's f_i (None on a dedicated server)
+    L_max: float
+    L_local: np.ndarray | None       # (n,) on rank 0
+    global_obj: Objective | None     # rank 0 only
+    opt: object | None               # rank 0 only (problems.Optimum)
+    L: float | None = None           # global smoothness constant (every rank; None for classifiers)
+    model: Model | None = None       # classifiers (softmax, mlp): the parameter layout
+    test: object | None = None       # rank 0: held-out test problem, when data.test_fraction > 0
+    opt_cached: bool = False
+    setup_seconds: float = 0.0
+
+
+class DataCache:
+    """Loads each data set once per process and builds each (data, partition, problem) set-up once."""
+
+    def __init__(self, transport: Transport):
+        self.t = transport
+        self.datasets = {}
+        self.setups = {}
+
+    def dataset(self, spec: str):
+        if spec not in self.datasets:
+            self.datasets[spec] = data.load(spec)
+        return self.datasets[spec]
+
+    def setup(self, rc: dict) -> Setup:
+        key = (rc["data"]["dataset"], rc["data"]["partition"], rc["data"]["partition_seed"],
+               tuple(rc["data"]["sizes"]), rc["data"]["test_fraction"], rc["problem"]["kind"], rc["problem"]["l2"],
+               rc["problem"]["l1"], rc["problem"]["hidden"], rc["run"]["server"])
+        if key not in self.setups:
+            self.setups[key] = self._build(rc)
+        return self.setups[key]
+
+    def _build(self, rc: dict) -> Setup:
+        """Rank 0 loads the data set and partitions it, then scatters each worker its shard.
+
+        Only rank 0 parses files (and imports scikit-learn): with 32 ranks on a node this is the
+        difference between one and 32 parsers competing for the cores at start-up.
+        """
+        t0 = time.perf_counter()
+        t = self.t
+        dedicated = rc["run"]["server"] == "dedicated"
+        worker_ranks = list(range(1, t.size)) if dedicated else list(range(t.size))
+        n = len(worker_ranks)
+        kind, l2, l1 = rc["problem"]["kind"], rc["problem"]["l2"], rc["problem"]["l1"]
+        error = meta = shards = None
+        global_obj = parts = ds = test_obj = None
+        if t.is_root:
+            try:
+                if n == 0:
+                    raise ConfigError("run.server = 'dedicated' needs at least 2 MPI ranks (1 server + workers)")
+                full = self.dataset(rc["data"]["dataset"])
+                ds, test_ds = split_test(full, rc["data"]["test_fraction"], rc["data"]["partition_seed"])
+                parts = data.partition(ds, n, scheme=rc["data"]["partition"], seed=rc["data"]["partition_seed"],
+                                       sizes=rc["data"]["sizes"] or None)
+                classes = np.unique(full.y)
+                rows = np.concatenate(parts)
+                meta = {"samples": np.array([len(p) for p in parts]),
+                        "label_hist": np.array([[np.count_nonzero(ds.y[p] == c) for c in classes] for p in parts])}
+                if kind in MODEL_KINDS:
+                    y = np.searchsorted(classes, ds.y)
+                    meta["model"] = Model(kind, full.n_features, len(classes), rc["problem"]["hidden"])
+                    global_obj = ClassifierProblem(meta["model"], ds.X[rows], y[rows], l2)
+                    if test_ds is not None:
+                        test_obj = ClassifierProblem(meta["model"], test_ds.X, np.searchsorted(classes, test_ds.y), l2)
+                else:
+                    y = _linear_targets(ds, kind)
+                    w = np.concatenate([np.full(len(p), 1.0 / (n * len(p))) for p in parts])
+                    global_obj = Objective(kind, ds.X[rows], y[rows], w, l2, l1)
+                    if test_ds is not None:
+                        yt = _linear_targets(test_ds, kind)
+                        test_obj = Objective(kind, test_ds.X, yt, np.full(len(yt), 1.0 / len(yt)), l2, l1)
+                meta["d"] = meta["model"].d if "model" in meta else full.n_features
+                shards = [None] * t.size
+                for i, rk in enumerate(worker_ranks):
+                    shards[rk] = (ds.X[parts[i]], y[parts[i]])
+            except (UserError, ValueError, OSError) as exc:
+                error = exc
+        t.agree(error)
+        meta = t.bcast_object(meta)
+        shard = t.scatter_object(shards)
+        shards = None
+        error, local, L_i = None, None, 0.0
+        try:
+            if shard is not None:
+                A, y_i = shard
+                if kind in MODEL_KINDS:
+                    local = ClassifierProblem(meta["model"], A, y_i, l2)
+                else:
+                    local = Objective(kind, A, y_i, np.full(A.shape[0], 1.0 / A.shape[0]), l2, l1)
+                    L_i = local.smoothness()
+        except (UserError, ValueError, ArithmeticError) as exc:
+            error = exc
+        t.agree(error)
+        L_max = t.allreduce_max(L_i)
+        L_all = t.gather_rows(np.array([L_i]))
+        # rank 0: the reference optimum of the global objective (cached on disk)
+        opt, cached, error, L_global = None, False, None, None
+        if t.is_root and kind not in MODEL_KINDS:
+            try:
+                L_global = global_obj.smoothness()
+                opt, cached = cached_reference(global_obj, {
+                    "data": ds.fingerprint, "partition": rc["data"]["partition"],
+                    "partition_seed": rc["data"]["partition_seed"], "sizes": rc["data"]["sizes"],
+                    "n": n, "kind": kind, "l2": l2, "l1": l1, "test_fraction": rc["data"]["test_fraction"],
+                    "version": 1})
+            except (UserError, ValueError, ArithmeticError) as exc:
+                error = exc
+        t.agree(error)
+        L_global = t.bcast_object(L_global)      # every rank may hold the server state (allgather)
+        return Setup(d=meta["d"], n_workers=n, worker_ranks=worker_ranks, samples=meta["samples"],
+                     label_hist=meta["label_hist"], local=local, L_max=L_max,
+                     L_local=None if L_all is None else L_all[worker_ranks, 0],
+                     global_obj=global_obj, opt=opt, opt_cached=cached, L=L_global, model=meta.get("model"),
+                     test=test_obj, setup_seconds=time.perf_counter() - t0)
+
+
+def binary_accuracy(obj, x) -> float:
+    """Share of ±1 labels predicted right by sign(aᵀx), with a zero margin predicting +1."""
+    return float(np.mean(np.where(obj.A @ x >= 0, 1.0, -1.0) == obj.y))
+
+
+def _linear_targets(ds, kind: str) -> np.ndarray:
+    return ds.binary_labels() if kind == "logreg" else np.asarray(ds.y, dtype=np.float64)
+
+
+def split_test(ds, fraction: float, seed: int):
+    """Hold out ``fraction`` of the rows (random, seeded) as a test set: (train, test or None)."""
+    if fraction <= 0:
+        return ds, None
+    if not fraction < 1:
+        raise ConfigError(f"data.test_fraction must be in [0, 1), got {fraction!r}")
+    perm = np.random.default_rng([seed, 7919]).permutation(ds.n_samples)
+    n_test = int(round(fraction * ds.n_samples))
+    if n_test == 0 or n_test == ds.n_samples:
+        raise ConfigError(f"data.test_fraction = {fraction} leaves an empty train or test set "
+                          f"({ds.n_samples} samples)")
+    return ds.subset(np.sort(perm[n_test:])), ds.subset(np.sort(perm[:n_test]))
