@@ -186,6 +186,7 @@ class Run:
         watch = Watch(t, clock, ledger, lambda: self._metrics(x, x0_dist), observers)
         done, blew_up = iterate(alg, ex, ws, ss, x, s.local, self.rng, iterations=r["iterations"],
                                 eval_every=r["eval_every"], watch=watch)
+        self.x_final = x                # every rank's own copy (identical under allreduce/allgather)
         if blew_up:
             outcome.end("diverged", f"non-finite or exploding iterate at iteration {done}")
         if root:
