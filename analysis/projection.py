@@ -15,6 +15,14 @@ by the model's cost of the same messages, in the run's structure per iteration:
 
     T(k) = Σ_{iterations ≤ k} compute  +  α·(messages up) + (bytes up)/β  +  ⌈log₂P⌉·(k·α + (bytes down)/β)
 
+Runs without a server (``run.collective``, attribute ``collective``) are replayed in their own
+structure; compute is then the max over ranks of (grad + compress + server), as every rank steps:
+
+    allreduce  ring: 2(P−1) rounds of α per Allreduce (``exchange_rounds`` per iteration: 2 for
+               PowerSGD) and 2(P−1)/P × the bytes each rank handed to it, through every link
+    allgather  ring: (P−1) rounds of α for the lengths and (P−1) for the payloads; every rank
+               receives the other ranks' payloads: (P−1)/P × the bytes of all ranks, per rank
+
 Compute and communication do not overlap (the collectives are blocking, as in hpcgc's transport).
 The model, its parameters and its limits are in ``docs/projection.md``.
 
@@ -103,6 +111,8 @@ class Costs:
     measured: np.ndarray       # (T,) measured wall-clock of the iteration loop (rank 0)
     ranks: int
     compute_exact: bool        # True: per-iteration maxima (per_iteration/); False: from cumulative totals
+    collective: str = "gather"
+    exchange_rounds: int = 1   # Allreduce calls per iteration (PowerSGD: 2)
 
     @property
     def measured_comm(self) -> np.ndarray:
@@ -124,23 +134,37 @@ def costs(run) -> Costs:
     down_bytes = np.asarray(s.get("bits_down_wire", np.zeros(T)), dtype=float)[:T] / 8.0
     up_messages = it * ((P - 1) + m)           # Gather: every non-root rank; Gatherv: crossed payloads
 
+    collective = run.attrs.get("collective", "gather")
+    server_everywhere = collective != "gather"
+
+    def stage_max(g, c, sv):       # every rank's compute, then the server's (on rank 0, or on every rank)
+        return np.nanmax(g + c + sv, axis=1) if server_everywhere else np.nanmax(g + c, axis=1) + sv[:, 0]
+
     zero = np.zeros((T, P))
     grad, comp, serv = (np.asarray(tm.get(ph, zero), dtype=float)[:T] for ph in ("grad", "compress", "server"))
-    compute = np.nanmax(grad + comp, axis=1) + serv[:, 0]
+    compute = stage_max(grad, comp, serv)
     exact = False
     pi = run.per_iteration
     if pi and all(ph in pi for ph in ("grad", "compress", "server")) and T and it.max() <= len(pi["grad"]):
-        per = (np.max(pi["grad"].astype(float) + pi["compress"].astype(float), axis=1)
-               + pi["server"][:, 0].astype(float))
+        per = stage_max(pi["grad"].astype(float), pi["compress"].astype(float), pi["server"].astype(float))
         cum = np.concatenate([[0.0], np.cumsum(per)])
         compute = cum[it]
         exact = True
     measured = np.asarray(tm["iter"], dtype=float)[:T, 0] if "iter" in tm else np.full(T, np.nan)
-    return Costs(it, compute, up_messages.astype(float), up_bytes, down_bytes, measured, P, exact)
+    return Costs(it, compute, up_messages.astype(float), up_bytes, down_bytes, measured, P, exact, collective,
+                 int(run.attrs.get("exchange_rounds", 1)))
 
 
 def network_time(c: Costs, net: Network, gather: str = "linear") -> tuple[np.ndarray, np.ndarray]:
     """Cumulative modelled (uplink, downlink) seconds at each row."""
+    P = c.ranks
+    if c.collective == "allreduce":      # up_bytes: every rank's vectors; each rank handed 1/P of them
+        up = c.iterations * c.exchange_rounds * 2 * (P - 1) * net.latency \
+            + 2 * (P - 1) / P * (c.up_bytes / P) / net.bandwidth
+        return np.where(P > 1, up, 0.0), np.zeros_like(up)
+    if c.collective == "allgather":      # every rank receives the others' lengths and payloads
+        up = c.iterations * 2 * (P - 1) * net.latency + (P - 1) / P * c.up_bytes / net.bandwidth
+        return np.where(P > 1, up, 0.0), np.zeros_like(up)
     if gather == "linear":
         up = c.up_messages * net.latency + c.up_bytes / net.bandwidth
     elif gather == "tree":

@@ -30,9 +30,12 @@ from .errors import UserError  # noqa: E402
 DESCRIPTION = """\
 hpcgc: MPI benchmark suite for communication-compressed distributed optimization.
 
-Every MPI rank is a worker holding a data shard (rank 0 is also the server, unless
-run.server = "dedicated"). Each iteration the workers compress their messages, rank 0 gathers
-the bytes with MPI Gatherv, aggregates, steps, and broadcasts the new iterate. Results (loss,
+Every MPI rank is a worker holding a data shard. With run.collective = "gather" (the default)
+rank 0 is also the server (or only the server, with run.server = "dedicated"): each iteration the
+workers compress their messages, rank 0 gathers the bytes with MPI Gatherv, aggregates, steps,
+and broadcasts the new iterate. With "allreduce" the messages are summed by MPI_Allreduce
+(identity = the uncompressed baseline, randk shared_seed, powersgd) and with "allgather" every
+rank receives every payload; then every rank takes the same step and there is no server. Results (loss,
 f - f*, bits per worker in two ledgers - model bits and wire bytes - and per-rank phase times)
 go to one HDF5 file written by rank 0."""
 
@@ -112,12 +115,14 @@ def default_out(name: str) -> Path:
 
 def summary_table(summaries) -> str:
     cols = ("grad", "compress", "comm_up", "server", "comm_down", "iter")
-    head = (f"{'run':<5} {'algorithm':<9} {'compressor':<26} {'status':<10} {'iters':>6} {'f - f*':>10} "
+    head = (f"{'run':<5} {'algorithm':<9} {'compressor':<26} {'collective':<10} {'status':<10} {'iters':>6} {'f - f*':>10} "
             f"{'MB up':>9} {'wire/model':>10} " + " ".join(f"{c + '(ms)':>12}" for c in cols))
-    lines = ["# per-iteration times: mean over iterations and ranks; MB up: bytes that crossed the network",
+    lines = ["# per-iteration times: mean over iterations and ranks; MB up: bytes that crossed the network "
+             "(every rank's under allreduce/allgather, all but rank 0's under gather)",
              head, "-" * len(head)]
     for s in summaries:
-        lines.append(f"{s.run_id[:3]:<5} {s.algorithm:<9} {s.compressor[:26]:<26} {s.status:<10} {s.iterations:>6} "
+        lines.append(f"{s.run_id[:3]:<5} {s.algorithm:<9} {s.compressor[:26]:<26} {s.collective:<10} {s.status:<10} "
+                     f"{s.iterations:>6} "
                      f"{s.suboptimality:>10.3e} {s.mb_up:>9.4f} {s.wire_over_model:>10.3f} "
                      + " ".join(f"{s.phase_ms[c]:>12.4f}" for c in cols))
     return "\n".join(lines)
@@ -142,6 +147,7 @@ def cmd_run(args, argv, validate_only=False) -> int:
             params = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                for k, v in r.alg.describe().items())
             say(f"  {r.rp.run_id}: {rc['data']['dataset']} [{rc['data']['partition']}] {rc['problem']['kind']} "
+                f"collective={rc['run']['collective']} "
                 f"l2={rc['problem']['l2']:g}  d={r.s.d} n={r.s.n_workers}  {params}  iterations={rc['run']['iterations']}")
         return 0
     out = Path(args.out) if args.out else default_out(cfg["name"])

@@ -68,6 +68,15 @@ BAD = [
     (["--set", "run.allocation=dagc", "--set", "run.budget=0.01", "--set", "run.compressor=randk:k=1"],
      "too small"),
     (["--set", "data.partition=skew:0.5"], "skew"),
+    (["--set", "run.collective=allreduce"], "cannot ride run.collective = 'allreduce'; collectives it can use: "
+     "gather, allgather"),
+    (["--set", "run.collective=allgather", "--set", "run.server=dedicated"],
+     "run.server = 'dedicated' needs run.collective = 'gather'"),
+    (["--set", "run.collective=broadcast"], "run.collective"),
+    (["--set", "run.collective=allreduce", "--set", "run.compressor=randk:k=3,shared_seed=true",
+      "--set", "run.allocation=dagc", "--set", "run.budget=0.2"], "messages of different sizes"),
+    (["--set", "run.collective=allreduce", "--set", "run.compressor=identity", "--set", "run.algorithm=diana+"],
+     "cannot run under run.collective = 'allreduce'"),
     (["--set", "data.partition=dirichlet:0"], "dirichlet"),
 ]
 

@@ -64,8 +64,9 @@ class Run:
                                          "kind": rc["problem"]["kind"]},
                            options={**self.r, "l1": rc["problem"]["l1"], "ratios": self.ratios,
                                     "thresholds": self.thresholds})
-        if self.r["collective"] == "allreduce":
-            self.alg.sum_codec(0)     # the message's shape is known now: e.g. a PowerSGD rank too large for a layer
+        # Allreduce calls per iteration; building worker 0's codec also checks the message's shape
+        # now that it is known (e.g. a PowerSGD rank too large for a layer)
+        self.exchange_rounds = self.alg.sum_codec(0).rounds if self.r["collective"] == "allreduce" else 1
         seq = np.random.SeedSequence(self.r["seed"]).spawn(transport.size)[transport.rank]
         self.rng = np.random.default_rng(seq)
         # identical on every rank: what shared-seed compressors draw from (same coordinates everywhere)
@@ -255,7 +256,8 @@ class Run:
              "budget_applied": self.budget_applied, "seed": r["seed"], "dataset": rc["data"]["dataset"],
              "partition": rc["data"]["partition"], "problem": rc["problem"]["kind"],
              "l2": rc["problem"]["l2"], "l1": rc["problem"]["l1"], "d": s.d, "n_workers": s.n_workers,
-             "server": r["server"], "collective": r["collective"], "f_star": s.opt.f if s.opt else np.nan,
+             "server": r["server"], "collective": r["collective"],
+             "exchange_rounds": self.exchange_rounds, "f_star": s.opt.f if s.opt else np.nan,
              "x_star_grad_norm": s.opt.grad_norm if s.opt else np.nan,
              "f_star_method": s.opt.method if s.opt else "none (nonconvex or no reference)", "L_max": s.L_max, "setup_seconds": s.setup_seconds,
              "iterations": r["iterations"], "eval_every": r["eval_every"], "batch": r["batch"]}

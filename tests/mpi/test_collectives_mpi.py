@@ -60,6 +60,13 @@ def test_allreduce_uncompressed_equals_gather_identity(shared_dir):
         # no downlink; each worker hands d float64 per iteration to the Allreduce
         assert a.series["bits_down_wire"][-1] == 0
         assert a.series["bits_up_wire"][-1, 0] == 120 * 64 * a.attrs["d"]
+    # the network projection replays it as a ring Allreduce of d float64 per rank, with no downlink
+    from analysis import projection as proj
+    net = proj.PRESETS["1"]
+    up, down = proj.network_time(proj.costs(a), net)
+    P, m = comm.size, 8 * a.attrs["d"]
+    assert np.all(down == 0)
+    assert up[-1] == pytest.approx(120 * (2 * (P - 1) * net.latency + 2 * (P - 1) / P * m / net.bandwidth))
 
 
 def test_allgather_diana_bit_identical_everywhere_and_equal_to_gather(shared_dir):
