@@ -96,6 +96,14 @@ def cmd_list(args) -> int:
     print("partitions:")
     for name in data.partition_schemes():
         print(f"  {name}")
+    from . import exchange
+    print("collectives (run.collective):")
+    for name, cls in exchange.REGISTRY.items():
+        riders = [c for c in compressors.available() if name in compressors.get(c).collectives
+                  or (name == "allreduce" and c == "randk")]
+        which = "every compressor" if len(riders) == len(compressors.available()) else ", ".join(
+            "randk (shared_seed=true)" if c == "randk" else c for c in riders)
+        print(f"  {name:12s} {cls.summary}; compressors: {which}")
     print("problems:\n  logreg       l2-regularized logistic regression (labels mapped to ±1)\n"
           "  ridge        l2-regularized least squares")
     return 0
