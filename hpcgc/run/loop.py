@@ -23,7 +23,8 @@ def iterate(alg, ex, ws, ss, x, local, rng, *, iterations: int, eval_every: int,
         t2 = wtime()
         extra, up, server, down = ex.exchange(msg, ss)     # communicate, step (x updated in place)
         k += 1
-        watch.lap(k, (t1 - t0, t2 - t1 + extra, up, server, down))
+        work = (t1 - t0, t2 - t1 + extra) if ws is not None else (0.0, 0.0)   # a dedicated server has none
+        watch.lap(k, (*work, up, server, down))
         control = ex.control()
         if control == DIVERGED:
             return k, True
