@@ -66,9 +66,17 @@ RANK_TOL = 1e-10
 def orthonormalize_rows(t, tol):
     """Modified Gram–Schmidt on the rows of ``t`` (r × m, float64, in place), each row
     orthogonalized twice against the previous rows, then normalized — or zeroed when its norm fell
-    to ≤ ``tol`` times its norm before (exactly 0 stays 0). Sequential loops: bit-reproducible."""
+    to ≤ ``tol`` times its norm before (exactly 0 stays 0). Each row is first divided by its largest
+    magnitude, so that the squares neither underflow nor overflow (scale-free for any finite
+    input). Sequential loops: bit-reproducible."""
     r, m = t.shape
     for j in range(r):
+        amax = 0.0                       # pre-scale to max |t_jk| = 1: no under/overflow in the squares
+        for k in range(m):
+            amax = max(amax, abs(t[j, k]))
+        if amax > 0.0:
+            for k in range(m):
+                t[j, k] /= amax
         s0 = 0.0
         for k in range(m):
             s0 += t[j, k] * t[j, k]
