@@ -102,7 +102,7 @@ _WARM_UP_SPECS = ("identity", "identity:fp64=true", "qsgd", "qsgd:bucket=16,p=in
                   "topk:k=3", "topk:k=30,fp64=true", "threshold:lam=0.5", "sign", "scaled-sign", "bernoulli:p=1",
                   "natural", "natural:fp64=true", "natural-dither", "natural-dither:p=inf,bucket=16",
                   "natural-randk:k=3", "natural-randk:k=3,fp64=true",
-                  "powersgd:rank=1", "powersgd:rank=1,fp64=true")
+                  "powersgd", "powersgd:fp64=true")
 
 
 def _warm_up() -> None:

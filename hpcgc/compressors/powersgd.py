@@ -43,6 +43,11 @@ Wire format (after the 8-byte header; rows, cols, r follow from d and the parame
 fingerprint covers): P̂ (rows×r, row-major) then Q' = MᵀP̂ (cols×r, row-major), float32 (float64
 with ``fp64=true``). Model bits = r·(rows + cols)·F = wire bits − 64.
 
+Error feedback (``local-sgd``) subtracts each worker's own message P̂P̂ᵀM_i: the weighted sum of
+the residuals obeys the one-worker recursion and stays bounded on a fixed update; a single worker's
+residual need not (parts of its update that cancel across workers are never sent) — see
+``docs/compressors.md``.
+
 Collectives: only ``allreduce`` — P must be summed over the workers before Q' is computed (under
 a parameter server that is a round trip). :meth:`PowerSGD.sum_codec` is the two-round protocol.
 """
