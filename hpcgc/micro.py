@@ -39,7 +39,7 @@ from .errors import ConfigError, UserError
 DEFAULT_SPECS = (
     "identity", "qsgd:s=4", "qsgd:s=4,code=elias", "qsgd:s=15,bucket=512,p=inf", "quant:p=2", "quant:p=inf,block=32", "terngrad",
     "natural", "natural-dither:s=8", "bernoulli:p=0.1", "randk:k=1%", "randk:k=1%,shared_seed=true",
-    "natural-randk:k=1%", "topk:k=1%", "threshold:lam=2.576", "sign", "scaled-sign",
+    "natural-randk:k=1%", "topk:k=1%", "threshold:lam=2.576", "sign", "scaled-sign", "powersgd",
 )
 """The default catalogue run (``k=P%`` is expanded to ⌈P·d/100⌉ for each d; lam = 2.576 keeps ≈ 1 %
 of standard-normal entries)."""

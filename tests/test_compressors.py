@@ -60,12 +60,14 @@ ALL_SPECS = ["identity", "identity:fp64=true", "qsgd", "qsgd:s=1", "qsgd:s=7,buc
              "qsgd:s=4,p=inf", "qsgd:s=1,p=inf,bucket=32", "qsgd:s=7,bucket=64,p=inf,fp64=true",
              "natural", "natural:fp64=true", "natural-dither", "natural-dither:s=1",
              "natural-dither:s=4,p=inf,bucket=100", "natural-dither:s=20,bucket=33,fp64=true",
-             "natural-randk:k=1", "natural-randk:k=10", "natural-randk:k=900,fp64=true"]
-BIASED = ("topk", "threshold", "sign", "scaled-sign")
+             "natural-randk:k=1", "natural-randk:k=10", "natural-randk:k=900,fp64=true",
+             "powersgd", "powersgd:rank=1", "powersgd:rank=4,fp64=true", "powersgd:rank=3,rows=10"]
+BIASED = ("topk", "threshold", "sign", "scaled-sign", "powersgd")
 DETERMINISTIC = ("identity", "topk", "threshold", "sign", "scaled-sign")
 MIN_PARAMS = {"identity": {}, "qsgd": {}, "quant": {}, "terngrad": {}, "randk": {"k": 1},
               "topk": {"k": 1}, "threshold": {"lam": 1.0}, "sign": {}, "scaled-sign": {},
-              "bernoulli": {"p": 0.5}, "natural": {}, "natural-dither": {}, "natural-randk": {"k": 1}}
+              "bernoulli": {"p": 0.5}, "natural": {}, "natural-dither": {}, "natural-randk": {"k": 1},
+              "powersgd": {"rank": 1}}
 """The compressors this file covers, with parameters valid for any d ≥ 1."""
 
 
@@ -366,6 +368,9 @@ def check_decoded(c, x, y):
         np.testing.assert_allclose(y, np.where(x < 0, -scale, scale), rtol=1e-14, atol=0)
         assert np.all(np.abs(y) == np.abs(y[0]))
         return
+    if c.name == "powersgd":
+        check_powersgd_decoded(c, x, y)
+        return
     nonzero = y != 0
     assert np.all(np.sign(y[nonzero]) == np.sign(x[nonzero]))
     assert np.all(y[x == 0] == 0)
@@ -435,6 +440,18 @@ def check_decoded(c, x, y):
         raise AssertionError(c.name)
 
 
+def check_powersgd_decoded(c, x, y):
+    """PowerSGD decodes P̂P̂ᵀM (an orthogonal projection of the reshaped x, factors rounded to
+    float32 unless fp64): ‖y‖ ≤ ‖x‖ and ‖y − x‖ ≤ ‖x‖ up to that rounding; exact (to float64
+    rounding) with fp64 when rank = min(rows, cols), i.e. P̂ spans every column."""
+    nx = np.linalg.norm(x)
+    tol = 1e-12 if c.params["fp64"] else 1e-5
+    assert np.linalg.norm(y) <= (1 + tol) * nx + 1e-300
+    assert np.linalg.norm(y - x) <= (1 + tol) * nx + 1e-300
+    if c.params["fp64"] and c.rank == min(c.matrix_shape(x.shape[0])):
+        assert np.linalg.norm(y - x) <= 1e-10 * nx
+
+
 def topk_oracle(x, k, fp64=False):
     """Top-k by a stable full sort: the k largest |x_j|, ties to the lowest index."""
     order = np.argsort(-np.abs(x), kind="stable")[:k]
@@ -487,7 +504,8 @@ def test_small_dimensions(spec):
     c = compressors.make(spec)
     g = rng(6)
     for d in range(1, 13):
-        if c.name in ("randk", "topk", "natural-randk") and c.k > d:
+        if (c.name in ("randk", "topk", "natural-randk") and c.k > d) or \
+                (c.name == "powersgd" and c.rank > min(c.matrix_shape(d))):
             with pytest.raises(ConfigError):
                 c.compress(np.ones(d), g)
             continue
@@ -988,6 +1006,10 @@ def compressor_specs(draw, d):
         params = {"k": draw(st.integers(1, d))}
     elif name == "bernoulli":
         params = {"p": draw(st.sampled_from([0.01, 0.5, 1.0]))}
+    elif name == "powersgd":
+        rows = draw(st.one_of(st.just(0), st.integers(1, d)))
+        shape = compressors.make("powersgd", rank=1, rows=rows).matrix_shape(d)
+        params = {"rows": rows, "rank": draw(st.integers(1, min(shape)))}
     elif name == "threshold":
         params = {"lam": draw(st.sampled_from([0.0, 1e-30, 0.1, 1.0, 2.0, 1e30]))}
     else:
@@ -1181,6 +1203,7 @@ def test_delta_api():
     assert compressors.make("sign").delta(d) is None
     assert compressors.make("threshold:lam=1").delta(d) is None
     assert compressors.make("scaled-sign").delta(d) == 0.01
+    assert compressors.make("powersgd").delta(d) is None and compressors.make("powersgd").omega(d) is None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1383,7 +1406,7 @@ def test_reference_sparse_and_packing():
 FUZZ_SPECS = ["topk:k=50", "threshold:lam=1", "randk:k=300", "randk:k=30,shared_seed=true", "natural-randk:k=40",
               "natural", "natural:fp64=true", "natural-dither:s=3", "natural-dither:s=8,p=inf,bucket=50", "sign",
               "scaled-sign", "bernoulli:p=0.5", "qsgd:s=5", "qsgd:s=3,p=inf,bucket=10", "quant",
-              "terngrad:block=10", "identity"]
+              "terngrad:block=10", "identity", "powersgd", "powersgd:rank=3,rows=20"]
 
 
 def fuzz_decoders(specs, trials=120, seed=0):

@@ -32,6 +32,7 @@ from .threshold import Threshold
 from .topk import TopK
 from .bernoulli import Bernoulli
 from .natural import Natural, NaturalDither, NaturalRandK
+from .powersgd import PowerSGD
 
 REGISTRY: dict[str, type[Compressor]] = {
     "identity": Identity,
@@ -52,6 +53,7 @@ REGISTRY: dict[str, type[Compressor]] = {
     "natural": Natural,
     "natural-dither": NaturalDither,
     "natural-randk": NaturalRandK,
+    "powersgd": PowerSGD,
 }
 """Name → class. Keys must equal the classes' ``name``."""
 
@@ -99,7 +101,8 @@ _WARM_UP_SPECS = ("identity", "identity:fp64=true", "qsgd", "qsgd:bucket=16,p=in
                   "quant:p=inf,block=16", "terngrad", "randk:k=3", "randk:k=30", "randk:k=3,shared_seed=true",
                   "topk:k=3", "topk:k=30,fp64=true", "threshold:lam=0.5", "sign", "scaled-sign", "bernoulli:p=1",
                   "natural", "natural:fp64=true", "natural-dither", "natural-dither:p=inf,bucket=16",
-                  "natural-randk:k=3", "natural-randk:k=3,fp64=true")
+                  "natural-randk:k=3", "natural-randk:k=3,fp64=true",
+                  "powersgd", "powersgd:fp64=true")
 
 
 def _warm_up() -> None:
