@@ -77,6 +77,16 @@ BAD = [
       "--set", "run.allocation=dagc", "--set", "run.budget=0.2"], "messages of different sizes"),
     (["--set", "run.collective=allreduce", "--set", "run.compressor=identity", "--set", "run.algorithm=diana+"],
      "cannot run under run.collective = 'allreduce'"),
+    (["--set", "run.compressor=powersgd", "--set", "run.collective=allreduce"],
+     "is biased. Algorithms that take biased compressors: local-sgd"),
+    (["--set", "run.compressor=powersgd", "--set", "run.algorithm=local-sgd", "--set", "run.collective=allreduce",
+      "--set", "run.error_feedback=true"], "has only the vector x"),
+    (["--set", "run.compressor=powersgd:rank=11", "--set", "run.algorithm=local-sgd", "--set", "problem.kind=softmax",
+      "--set", "data.dataset=digits", "--set", "run.collective=allreduce", "--set", "run.error_feedback=true"],
+     "larger than the 64x10 layer allows"),
+    (["--set", "run.compressor=powersgd", "--set", "run.algorithm=local-sgd", "--set", "problem.kind=softmax",
+      "--set", "data.dataset=digits", "--set", "run.error_feedback=true"],
+     "cannot ride run.collective = 'gather'; collectives it can use: allreduce"),
     (["--set", "data.partition=dirichlet:0"], "dirichlet"),
 ]
 

@@ -54,6 +54,8 @@ def plan(cfg: dict) -> list[RunPlan]:
             from ..algorithms.diana import biased_refusal
             raise ConfigError(biased_refusal(r["algorithm"], comp.spec))
         check_collective(r, alg_cls, comp)
+        if getattr(comp, "matrices_only", False):
+            check_matrices(rc, comp)
         if not 0.0 <= r["momentum"] < 1.0:
             raise ConfigError(f"run.momentum must be in [0, 1), got {r['momentum']!r}")
         if isinstance(r["alpha"], str) and r["alpha"] != "theory":
@@ -75,6 +77,22 @@ def check_collective(r: dict, alg_cls, comp) -> None:
     if ex.name == "allreduce" and (r["allocation"] != "uniform"):
         raise ConfigError(f"run.allocation = {r['allocation']!r} gives the workers messages of different sizes; "
                           "an Allreduce sums one message shape on every rank: use 'gather' or 'allgather'")
+
+
+def check_matrices(rc: dict, comp) -> None:
+    """A compressor of matrix-shaped parameters (PowerSGD) needs a problem that has them, error
+    feedback (Vogels et al. 2019, Alg. 2) and, for the MLP, a rank its hidden layer allows."""
+    kind, r = rc["problem"]["kind"], rc["run"]
+    if kind not in MODEL_KINDS:
+        raise ConfigError(f"{comp.spec} compresses matrix-shaped parameters; problem.kind = {kind!r} has only "
+                          f"the vector x: use a classifier ({', '.join(MODEL_KINDS)})")
+    if not r["error_feedback"]:
+        raise ConfigError(f"{comp.spec} needs run.error_feedback = true (PowerSGD's low-rank messages are biased; "
+                          "error feedback is part of the method, Vogels et al. 2019, Alg. 2)")
+    rank, hidden = comp.params["rank"], rc["problem"]["hidden"]
+    if kind == "mlp" and rank > hidden:
+        raise ConfigError(f"{comp.spec}: rank {rank} is larger than the MLP's layers allow (problem.hidden = "
+                          f"{hidden}: the largest rank is {hidden})")
 
 
 # -- data set-up (every rank) --------------------------------------------------------------------

@@ -133,3 +133,20 @@ def test_diana_plus_allgather_equals_gather(shared_dir):
     assert everywhere_equal(xa)
     assert np.array_equal(xa, g.x_final)
     assert np.array_equal(a.workers["one_time_bits"], g.workers["one_time_bits"])
+
+
+def test_powersgd_local_sgd_allreduce_two_rounds(shared_dir):
+    """PowerSGD on the MLP's layers (biases uncompressed): two Allreduces per iteration, identical
+    state on every rank, exactly r(m + n) floats per weight matrix on the wire, and it learns."""
+    common = {"data.dataset": "digits", "problem.kind": "mlp", "problem.hidden": 32, "problem.l2": 1e-4,
+              "data.test_fraction": 0.2, "run.algorithm": "local-sgd", "run.error_feedback": True,
+              "run.batch": 32, "run.learning_rate": 0.1, "run.iterations": 80, "run.collective": "allreduce"}
+    run, x, t = run_one(shared_dir / "p.h5", {**common, "run.compressor": "powersgd:rank=2"})
+    assert everywhere_equal(x)
+    assert run.attrs["exchange_rounds"] == 2
+    floats = 2 * (64 + 32) + 32 + 2 * (32 + 10) + 10            # W1 (64×32), b1, W2 (32×10), b2
+    assert run.series["bits_up_model"][-1, comm.rank] == 80 * 32 * floats
+    assert run.series["bits_up_wire"][-1, comm.rank] == 8 * t.ledger[LEDGER.index("Allreduce")]
+    dense, _, _ = run_one(shared_dir / "d.h5", {**common, "run.compressor": "identity"})
+    assert dense.series["bits_up_model"][-1, 0] == 80 * 32 * run.attrs["d"]
+    assert run.series["accuracy"][-1] >= 0.8 and dense.series["accuracy"][-1] >= 0.8
