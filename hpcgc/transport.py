@@ -50,20 +50,6 @@ def processor_name() -> str:
 _GATHER, _GATHERV, _BCAST, _ALLGATHER, _ALLGATHERV, _ALLREDUCE = range(len(LEDGER))
 
 
-class PhaseTimers:
-    """Cumulative seconds per phase for this rank (MPI.Wtime)."""
-
-    def __init__(self):
-        self.total = np.zeros(len(PHASES))
-        self._index = {p: i for i, p in enumerate(PHASES)}
-
-    def add(self, phase: str, seconds: float):
-        self.total[self._index[phase]] += seconds
-
-    def reset(self):
-        self.total[:] = 0.0
-
-
 class Transport:
     """Payload Gatherv to rank 0 and Bcast back, with a sender-side byte ledger."""
 

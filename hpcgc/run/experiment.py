@@ -12,6 +12,7 @@ from ..transport import RankOrderedJIT, Transport
 from .run import Run
 from .setup import DataCache, plan
 
+
 def warm_jit(specs, transport: Transport):
     """Compile (or load from cache) every compressor's kernels, rank 0 first (see RankOrderedJIT)."""
     def warm():

@@ -12,9 +12,19 @@ import numpy as np
 
 from .. import algorithms, allocation, compressors, config, exchange
 from ..errors import ConfigError
+from ..exchange.base import CONTINUE
 from ..transport import LENGTH_BYTES, PHASES, Transport
 from .loop import iterate
-from .observers import Budgets, Clock, Ledger, Outcome, ProgressLine, Recorder, StopRules, Watch
+from .observers import (
+    Budgets,
+    Clock,
+    Ledger,
+    Outcome,
+    ProgressLine,
+    Recorder,
+    StopRules,
+    Watch,
+)
 from .setup import RunPlan, Setup, binary_accuracy
 
 EMPTY = np.zeros(0, dtype=np.uint8)
@@ -182,7 +192,7 @@ class Run:
 
             def on_step():
                 ledger.account(ex)
-                return budgets.check() if ex.carries_control else 0.0
+                return budgets.check() if ex.carries_control else CONTINUE
             ex.on_step = on_step
         watch = Watch(t, clock, ledger, lambda: self._metrics(x, x0_dist), observers)
         done, blew_up = iterate(alg, ex, ws, ss, x, s.local, self.rng, iterations=r["iterations"],
