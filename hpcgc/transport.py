@@ -296,10 +296,12 @@ class CollectiveTimer:
         self.dtype = np.dtype(dtype if kind == "allreduce" else (np.float64 if kind == "bcast" else np.uint8))
         count = max_bytes // self.dtype.itemsize
         self._send = np.ones(count, dtype=self.dtype)
-        if kind == "allreduce":
-            self._recv = np.zeros(count, dtype=self.dtype)
-        elif kind == "allgather" or (kind == "gather" and self.t.is_root):
-            self._recv = np.zeros(count * self.t.size, dtype=self.dtype)
+        recv = {"allreduce": count, "allgather": count * self.t.size}.get(kind, 0)
+        if kind == "gather" and self.t.is_root:
+            recv = count * self.t.size
+        if recv:
+            self._recv = np.empty(recv, dtype=self.dtype)
+            self._recv.fill(0)          # written, so mapped now (np.zeros would map pages lazily)
 
     def release(self):
         self._send = self._recv = None
@@ -365,17 +367,17 @@ class CollectiveTimer:
         of each rank's mean time per iteration, and the number of timed iterations.
 
         With ``max_seconds > 0`` and ``warmup ≥ 1`` the timed iterations are cut to about
-        ``max_seconds`` (never below ``min_iterations``) from the slowest rank's warm-up time, and
-        the warm-up itself to about a quarter of that; the decision is taken collectively, so every
-        rank runs the same number of operations.
+        ``max_seconds`` (never below ``min_iterations``) from the slowest rank's mean warm-up time
+        after the first warm-up iteration (which may pay one-time costs), and the warm-up itself to
+        about a quarter of ``max_seconds`` (at least 2 iterations when ``warmup ≥ 2``); the decision
+        is taken collectively, so every rank runs the same number of operations.
         """
         op = self.operation(kind, nbytes)
         if warmup > 0:
-            first = self._timed_loop(op, 1)
-            est = self._max_over_ranks(first)
+            est = self._max_over_ranks(self._timed_loop(op, 1))
             more = warmup - 1
             if max_seconds > 0 and est > 0:
-                more = min(more, int(0.25 * max_seconds / est))
+                more = min(more, max(1, int(0.25 * max_seconds / est)))
             if more > 0:
                 est = self._max_over_ranks(self._timed_loop(op, more))
             if max_seconds > 0 and est > 0:
