@@ -75,3 +75,13 @@ def test_bad_size_range_exits_2_everywhere_one_line_no_file(tmp_path, args, need
     assert len(errors) == 1 and needle in errors[0], _show(p)
     assert "Traceback" not in p.stderr and "# hpcgc collectives" not in p.stdout   # nothing ran
     assert list(tmp_path.iterdir()) == []
+
+
+def test_listed_in_help():
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, mpi_env
+    h = subprocess.run([sys.executable, "-m", "hpcgc.bench", "--help"], capture_output=True, text=True, cwd=ROOT,
+                       env=mpi_env())
+    assert h.returncode == 0 and "collectives" in h.stdout and "docs/collectives.md" in h.stdout
