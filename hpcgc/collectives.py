@@ -44,6 +44,9 @@ DESCRIBE = {
     "allgather": "MPI_Allgather of the int32 length + MPI_Allgatherv of uint8 payloads (every rank decodes)",
 }
 
+DESCRIBE_STAT = ("each rank's mean seconds per operation over the timed iterations (warm-up excluded); "
+                 "avg/min/max over ranks")
+
 _SUFFIX = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
 
@@ -64,7 +67,7 @@ def message_sizes(min_size: int, max_size: int) -> list[int]:
     if max_size > MAX_MESSAGE:
         raise ConfigError(f"collectives: --max-size {format_bytes(max_size)} is too large: a message must be "
                           f"< 2 GiB (hpcgc announces payload lengths as one int32 per rank)")
-    sizes = [1 << k for k in range(0, 32) if min_size <= (1 << k) <= max_size]
+    sizes = [1 << k for k in range(32) if min_size <= (1 << k) <= max_size]
     if not sizes:
         raise ConfigError(f"collectives: the message-size range --min-size {format_bytes(min_size)} … "
                           f"--max-size {format_bytes(max_size)} contains no power of two: nothing to measure")
@@ -256,12 +259,17 @@ def parse_args(argv):
         raise ConfigError(f"collectives: empty message-size range: --min-size {format_bytes(args.min_bytes)} > "
                           f"--max-size {format_bytes(args.max_bytes)}")
     args.sizes = message_sizes(args.min_bytes, args.max_bytes)
+    args.collectives = list(dict.fromkeys(args.collectives))
+    for kind in args.collectives:
+        if not sizes_for(kind, args.sizes, args.fp64):
+            raise ConfigError(f"collectives: empty message-size range for {kind}: its messages are whole "
+                              f"{item_bytes(kind, args.fp64)}-byte elements, and --max-size is "
+                              f"{format_bytes(args.max_bytes)}")
     if min(args.iterations, args.iterations_large) < 1 or min(args.warmup, args.warmup_large) < 0:
         raise ConfigError("collectives: --iterations and --iterations-large must be >= 1, "
                           "--warmup and --warmup-large >= 0")
     if not (args.max_seconds >= 0 and math.isfinite(args.max_seconds)):
         raise ConfigError(f"collectives: --max-seconds must be >= 0 (got {args.max_seconds})")
-    args.collectives = list(dict.fromkeys(args.collectives))
     return args
 
 
@@ -285,7 +293,7 @@ def _check_out(path: Path) -> str | None:
     parent = path.parent
     while not parent.exists():
         parent = parent.parent
-    if not os.access(parent, os.W_OK) or path.is_dir():
+    if not parent.is_dir() or not os.access(parent, os.W_OK) or path.is_dir():
         return f"collectives: cannot write the results file {path} (directory {parent} is not writable)"
     return None
 
@@ -327,11 +335,54 @@ def sweep_one(timer, kind, sizes, args, say):
     return {"size": size.astype(np.int64), "avg": avg, "min": tmin, "max": tmax, "iterations": iters.astype(np.int64)}
 
 
+def print_header(say, attrs, args, n: int, reduced: bool):
+    """The OSU-style header: what, provenance (version, date, MPI library, ranks, hosts, command line),
+    conventions."""
+    from . import provenance
+    say("# hpcgc collectives benchmark (OSU style)")
+    say(provenance.header(attrs))
+    say(f"# message size = bytes each rank contributes; time = each rank's mean over the timed iterations "
+        f"(MPI_Wtime, warm-up excluded,\n#   barrier before each batch and after each iteration, untimed); "
+        f"Avg/Min/Max over the {n} ranks")
+    if reduced:
+        say(f"# --max-size lowered to {format_bytes(max(args.sizes))}: 256 MiB would need more than "
+            f"{MEMORY_FRACTION:.0%} of a node's available memory")
+
+
+def options_attrs(args) -> dict:
+    """The options of the sweep, stored beside the provenance in the file."""
+    return {"iterations": args.iterations, "iterations_large": args.iterations_large, "warmup": args.warmup,
+            "warmup_large": args.warmup_large, "large_threshold": args.threshold,
+            "max_seconds": args.max_seconds, "allreduce_dtype": "float64" if args.fp64 else "float32",
+            "size_convention": "bytes contributed by each rank", "statistic": DESCRIBE_STAT}
+
+
+def measure_all(timer, args, say) -> list:
+    """Sweep every selected collective; print its table and fit → list of CollectiveTable."""
+    from .results import CollectiveTable
+    tables = []
+    for kind in args.collectives:
+        sizes = sizes_for(kind, args.sizes, args.fp64)
+        if not sizes:            # only if the memory guard lowered the range below one element
+            continue
+        desc = DESCRIBE[kind].format(dtype="float64" if args.fp64 else "float32")
+        say(f"\n# {kind}: {desc}")
+        say(TABLE_HEAD)
+        cols = sweep_one(timer, kind, sizes, args, say)
+        alpha, beta, err, err_med = fit_alpha_beta(cols["size"], cols["avg"])
+        say(fit_line(alpha, beta, err, err_med, len(sizes)))
+        tables.append(CollectiveTable(kind=kind, **cols, alpha=alpha, beta=beta, fit_error=err,
+                                      fit_error_median=err_med, fit_method=FIT_METHOD,
+                                      attrs={"mpi_calls": desc, "item_bytes": item_bytes(kind, args.fp64)}))
+    return tables
+
+
 def main(argv) -> int:
+    """Every rank: validate, check memory collectively, sweep; rank 0 prints and writes the file."""
     import datetime
 
     from . import provenance
-    from .results import CollectiveTable, write_collectives
+    from .results import write_collectives
     from .transport import CollectiveTimer, Transport
 
     args = parse_args(argv)
@@ -341,40 +392,9 @@ def main(argv) -> int:
     reduced = setup(args, t)
     attrs = provenance.collect(t, ["collectives", *argv])
     say = (lambda *a: (print(*a), sys.stdout.flush())) if t.is_root else (lambda *a: None)
-    dtype = "float64" if args.fp64 else "float32"
-    say("# hpcgc collectives benchmark (OSU style)")
-    say(provenance.header(attrs))
-    say(f"# message size = bytes each rank contributes; time = each rank's mean over the timed iterations "
-        f"(MPI_Wtime, warm-up excluded,\n#   barrier before each batch and after each iteration, untimed); "
-        f"Avg/Min/Max over the {t.size} ranks")
-    if reduced:
-        say(f"# --max-size lowered to {format_bytes(max(args.sizes))}: 256 MiB would need more than "
-            f"{MEMORY_FRACTION:.0%} of a node's available memory")
-    timer = CollectiveTimer(t)
-    tables = []
-    for kind in args.collectives:
-        sizes = sizes_for(kind, args.sizes, args.fp64)
-        desc = DESCRIBE[kind].format(dtype=dtype)
-        say(f"\n# {kind}: {desc}")
-        if not sizes:
-            say(f"# (no size in range is a whole number of {item_bytes(kind, args.fp64)}-byte elements)")
-            continue
-        say(TABLE_HEAD)
-        cols = sweep_one(timer, kind, sizes, args, say)
-        alpha, beta, err, err_med = fit_alpha_beta(cols["size"], cols["avg"])
-        say(fit_line(alpha, beta, err, err_med, len(sizes)))
-        tables.append(CollectiveTable(kind=kind, **cols, alpha=alpha, beta=beta, fit_error=err,
-                                      fit_error_median=err_med, fit_method=FIT_METHOD,
-                                      attrs={"mpi_calls": desc, "item_bytes": item_bytes(kind, args.fp64)}))
+    print_header(say, attrs, args, t.size, reduced)
+    tables = measure_all(CollectiveTimer(t), args, say)
     if t.is_root:
-        attrs.update({"iterations": args.iterations, "iterations_large": args.iterations_large,
-                      "warmup": args.warmup, "warmup_large": args.warmup_large, "large_threshold": args.threshold,
-                      "max_seconds": args.max_seconds, "allreduce_dtype": dtype,
-                      "size_convention": "bytes contributed by each rank", "statistic": DESCRIBE_STAT})
-        path = write_collectives(args.out_path, attrs, tables)
+        path = write_collectives(args.out_path, {**attrs, **options_attrs(args)}, tables)
         say(f"\n# results: {path}")
     return 0
-
-
-DESCRIBE_STAT = ("each rank's mean seconds per operation over the timed iterations (warm-up excluded); "
-                 "avg/min/max over ranks")

@@ -75,6 +75,8 @@ def test_sizes_and_defaults():
     (["--iterations", "0"], "--iterations"),
     (["--max-seconds", "-1"], "--max-seconds"),
     (["--bogus"], "unrecognized"),
+    (["-c", "bcast", "--max-size", "4"], "empty message-size range for bcast"),
+    (["-c", "allreduce", "--fp64", "--min-size", "1", "--max-size", "4"], "8-byte elements"),
 ])
 def test_bad_options_are_config_errors(argv, needle):
     with pytest.raises(ConfigError, match=needle):
