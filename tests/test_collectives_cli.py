@@ -19,7 +19,7 @@ def _show(p):
 def test_small_sweep_file_and_fit(tmp_path):
     out = tmp_path / "coll.h5"
     p = run_mpi(N, ["-m", "hpcgc.bench", "collectives", "--max-size", "64K", "--iterations", "50",
-                    "--warmup", "5", "--max-seconds", "0.02", "-o", str(out)], timeout=120)
+                    "--iterations-large", "20", "--warmup", "5", "--max-seconds", "0.02", "-o", str(out)], timeout=120)
     assert p.returncode == 0, _show(p)
     lines = p.stdout.splitlines()
     assert lines[0] == "# hpcgc collectives benchmark (OSU style)"         # once: rank 0 prints
