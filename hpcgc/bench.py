@@ -46,6 +46,9 @@ commands:
   validate  check an experiment file (every grid point) and print the plan, without running
   micro     compressor micro-benchmark (throughput vs memory bandwidth, bits, omega):
             python -m hpcgc.bench micro --help
+  collectives  OSU-style sweep of the MPI collectives hpcgc uses (Gather+Gatherv, Bcast, Allreduce,
+            Allgatherv), 4 B .. 256 MiB per rank, with fitted latency alpha and inverse bandwidth beta:
+            mpiexec -n 4 python -m hpcgc.bench collectives --help   (docs/collectives.md)
 
 experiment keys (--set section.key=value; values are TOML literals, else strings):
 {keys}
@@ -166,6 +169,30 @@ def cmd_run(args, argv, validate_only=False) -> int:
     return 0
 
 
+def _mpi_command(fn) -> int:
+    """Run ``fn()`` on every rank: a UserError is one ``hpcgc: error:`` line on rank 0 and exit 2
+    everywhere; any other exception takes every rank down with a traceback (exit 1)."""
+    rank = 0
+    try:
+        from mpi4py import MPI
+        rank = MPI.COMM_WORLD.Get_rank()
+        return fn()
+    except UserError as exc:
+        if rank == 0:
+            print(f"hpcgc: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception:  # a bug, not a user mistake
+        sys.stderr.write(f"hpcgc: internal error on rank {rank}:\n{traceback.format_exc()}")
+        from .transport import Transport
+        Transport().abort(1)
+        return 1
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["micro"]:             # the compressor micro-benchmark has its own options
@@ -175,6 +202,9 @@ def main(argv=None) -> int:
         except UserError as exc:
             print(f"hpcgc: error: {exc}", file=sys.stderr)
             return 2
+    if argv[:1] == ["collectives"]:       # the MPI collectives benchmark has its own options
+        from . import collectives
+        return _mpi_command(lambda: collectives.main(argv[1:]))
     args = build_parser().parse_args(argv)
     if args.command == "list":
         return cmd_list(args)

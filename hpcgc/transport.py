@@ -238,3 +238,137 @@ class RankOrderedJIT:
             except BaseException as exc:  # noqa: BLE001
                 error = exc
         self.t.agree(error)
+
+
+# -- the ``collectives`` micro-benchmark (hpcgc.collectives): timed, never in the ledger ----------
+COLLECTIVES = ("gather", "bcast", "allreduce", "allgather")
+"""The collectives of ``python -m hpcgc.bench collectives``, each issued exactly as a run issues it."""
+
+
+class CollectiveTimer:
+    """OSU-style timing of the collectives hpcgc uses, on the communicator of a :class:`Transport`.
+
+    Each operation is the same sequence of MPI calls as the run's hot path, on buffers of its own
+    (so ``Transport.ledger`` and the phase timers are never touched: benchmark traffic is not
+    algorithm traffic). ``nbytes`` is the message size *per rank* (what each rank contributes, as
+    in OSU):
+
+    * ``gather``: ``Gather`` of the 4-byte int32 length, root computes the displacements,
+      ``Gatherv`` of ``nbytes`` uint8 from every rank to rank 0;
+    * ``allgather``: ``Allgather`` of the length, displacements, ``Allgatherv`` of the payloads;
+    * ``bcast``: ``Bcast`` from rank 0 of ``nbytes / 8`` float64;
+    * ``allreduce``: ``Allreduce`` (SUM) of ``nbytes / itemsize`` float32 (or float64).
+
+    :meth:`measure` runs warm-up iterations (untimed), a barrier, then the timed iterations, each
+    timed alone with ``MPI.Wtime`` and followed by an untimed barrier (as OSU's collective
+    benchmarks do); it returns the min / avg / max over ranks of each rank's mean time.
+    """
+
+    def __init__(self, transport: Transport):
+        self.t = transport
+        self.comm = transport.comm
+        self._len = np.zeros(1, dtype=np.int32)
+        self._counts = np.zeros(transport.size, dtype=np.int32)
+        self._displs = np.zeros(transport.size, dtype=np.int64)
+        self._one = np.zeros(1)
+        self._all = np.zeros(transport.size)
+        self.release()
+
+    # -- buffers ------------------------------------------------------------------------------
+    def allocate(self, kind: str, max_bytes: int, dtype=np.float32):
+        """Buffers for ``kind`` at its largest message size (smaller sizes use views); pages are
+        touched here so that first-touch faults are not timed."""
+        self.release()
+        self.dtype = np.dtype(dtype if kind == "allreduce" else (np.float64 if kind == "bcast" else np.uint8))
+        count = max_bytes // self.dtype.itemsize
+        self._send = np.ones(count, dtype=self.dtype)
+        recv = {"allreduce": count, "allgather": count * self.t.size}.get(kind, 0)
+        if kind == "gather" and self.t.is_root:
+            recv = count * self.t.size
+        if recv:
+            self._recv = np.empty(recv, dtype=self.dtype)
+            self._recv.fill(0)          # written, so mapped now (np.zeros would map pages lazily)
+
+    def release(self):
+        self._send = self._recv = None
+
+    # -- one operation, exactly as the run issues it --------------------------------------------
+    def operation(self, kind: str, nbytes: int):
+        """A zero-argument callable doing one ``kind`` collective of ``nbytes`` per rank."""
+        count = nbytes // self.dtype.itemsize
+        send = self._send[:count]
+        comm, root = self.comm, self.t.is_root
+        if kind == "gather":
+            self._len[0] = send.nbytes
+            counts = self._counts if root else None
+            recv = [self._recv, self._counts, self._displs, MPI.BYTE] if root else None
+
+            def op():
+                comm.Gather(self._len, counts, root=ROOT)
+                if root:
+                    np.cumsum(self._counts[:-1], out=self._displs[1:])
+                comm.Gatherv(send, recv, root=ROOT)
+        elif kind == "allgather":
+            self._len[0] = send.nbytes
+            recv = [self._recv, self._counts, self._displs, MPI.BYTE]
+
+            def op():
+                comm.Allgather(self._len, self._counts)
+                np.cumsum(self._counts[:-1], out=self._displs[1:])
+                comm.Allgatherv(send, recv)
+        elif kind == "bcast":
+            def op():
+                comm.Bcast(send, root=ROOT)
+        elif kind == "allreduce":
+            out = self._recv[:count]
+
+            def op():
+                comm.Allreduce(send, out, op=MPI.SUM)
+        else:
+            raise ValueError(f"unknown collective {kind!r}")
+        return op
+
+    # -- timing ------------------------------------------------------------------------------------
+    def _max_over_ranks(self, value: float) -> float:
+        self._one[0] = value
+        out = np.zeros(1)
+        self.comm.Allreduce(self._one, out, op=MPI.MAX)
+        return float(out[0])
+
+    def _timed_loop(self, op, iterations: int) -> float:
+        """Seconds per iteration on this rank: each iteration timed alone, an untimed barrier after."""
+        comm = self.comm
+        total = 0.0
+        comm.Barrier()
+        for _ in range(iterations):
+            t0 = MPI.Wtime()
+            op()
+            total += MPI.Wtime() - t0
+            comm.Barrier()
+        return total / iterations
+
+    def measure(self, kind: str, nbytes: int, iterations: int, warmup: int, max_seconds: float = 0.0,
+                min_iterations: int = 3):
+        """Time ``kind`` at ``nbytes`` per rank → ``(min, avg, max, iterations)``: seconds over ranks
+        of each rank's mean time per iteration, and the number of timed iterations.
+
+        With ``max_seconds > 0`` and ``warmup ≥ 1`` the timed iterations are cut to about
+        ``max_seconds`` (never below ``min_iterations``) from the slowest rank's mean warm-up time
+        after the first warm-up iteration (which may pay one-time costs), and the warm-up itself to
+        about a quarter of ``max_seconds`` (at least 2 iterations when ``warmup ≥ 2``); the decision
+        is taken collectively, so every rank runs the same number of operations.
+        """
+        op = self.operation(kind, nbytes)
+        if warmup > 0:
+            est = self._max_over_ranks(self._timed_loop(op, 1))
+            more = warmup - 1
+            if max_seconds > 0 and est > 0:
+                more = min(more, max(1, int(0.25 * max_seconds / est)))
+            if more > 0:
+                est = self._max_over_ranks(self._timed_loop(op, more))
+            if max_seconds > 0 and est > 0:
+                iterations = min(iterations, max(min_iterations, int(max_seconds / est)))
+        mean = self._timed_loop(op, iterations)
+        self._one[0] = mean
+        self.comm.Allgather(self._one, self._all)
+        return float(self._all.min()), float(self._all.mean()), float(self._all.max()), iterations
