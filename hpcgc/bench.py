@@ -75,6 +75,9 @@ def build_parser():
     p.add_argument("--set", "-s", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                    help="override a key, e.g. --set run.iterations=500 --set sweep.seed=[0,1,2]")
     p.add_argument("--out", "-o", metavar="PATH", help="results file (default: results/<name>-<UTC time>.h5)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing results file at --out (default: refuse it, and never touch a file "
+                        "another invocation is writing)")
     p.add_argument("--grid-index", metavar="I", help="run only these grid points: I, I,J or I-J (0-based; "
                    "e.g. $SLURM_ARRAY_TASK_ID); `validate` prints the grid size")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the final table")
@@ -140,7 +143,7 @@ def summary_table(summaries) -> str:
 
 
 def cmd_run(args, argv, validate_only=False) -> int:
-    from . import config
+    from . import config, results
     from .run import execute, prepare
     from .transport import Transport
 
@@ -149,6 +152,15 @@ def cmd_run(args, argv, validate_only=False) -> int:
     log = (lambda *a: None) if args.quiet else say
     cfg = _load_config(args)               # identical on every rank: a bad file fails everywhere alike
     t0 = time.perf_counter()
+    out = Path(args.out) if args.out else default_out(cfg["name"])
+    if not validate_only and not args.overwrite:     # before any data is read
+        error = None
+        if t.is_root:
+            try:
+                results.refuse_existing(out)
+            except FileExistsError as exc:
+                error = UserError(str(exc))
+        t.agree(error)
     runs = prepare(cfg, t, select=args.grid_index)
     if validate_only:
         say(f"experiment {cfg['name']!r}: {len(runs)} run(s) valid for {t.size} rank(s)")
@@ -161,8 +173,8 @@ def cmd_run(args, argv, validate_only=False) -> int:
                 f"collective={rc['run']['collective']} "
                 f"l2={rc['problem']['l2']:g}  d={r.s.d} n={r.s.n_workers}  {params}  iterations={rc['run']['iterations']}")
         return 0
-    out = Path(args.out) if args.out else default_out(cfg["name"])
-    path, summaries = execute(runs, t, out, argv, log=log, t_start=t0, name=cfg["name"], progress=not args.quiet)
+    path, summaries = execute(runs, t, out, argv, log=log, t_start=t0, name=cfg["name"], progress=not args.quiet,
+                              overwrite=args.overwrite)
     if t.is_root:
         say(summary_table(summaries))
         say(f"# results: {path}")

@@ -45,6 +45,17 @@ def _nonneg(v):
     return v >= 0
 
 
+def _iterations(v):
+    return 0 < v <= MAX_ITERATIONS
+
+
+MAX_ITERATIONS = 10**9
+MAX_GRID = 100_000
+"""Largest grid an experiment may expand to (runs); SLURM arrays and results files beyond that are
+not what anyone wants by accident."""
+INT64 = 2**63
+
+
 SCHEMA: dict[str, dict[str, Key]] = {
     "": {
         "name": Key(str, "default", "experiment name (results file is <name>-<timestamp>.h5)"),
@@ -54,7 +65,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "dataset": Key(str, "breast-cancer", "built-in name, 'libsvm:<path>' or 'synthetic:<kind>,opt=val,...'"),
         "partition": Key(str, "label-sorted", "iid | label-sorted | norm-sorted | dirichlet:<alpha> | skew:<s>"),
         "sizes": Key(list, [], "per-worker sample counts or fractions (empty = equal)"),
-        "partition_seed": Key(int, 0, "seed of randomized partitions (iid, dirichlet) and of the test split"),
+        "partition_seed": Key(int, 0, "seed of randomized partitions (iid, dirichlet) and of the test split",
+                              check=(_nonneg, ">= 0")),
         "test_fraction": Key(_NUM, 0.0, "fraction of samples held out as a test set (accuracy is measured on it)"),
     },
     "problem": {
@@ -71,7 +83,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
                       check=(_nonneg, ">= 0")),
         "budget_unit": Key(str, "fraction", "run.budget as a mean kept 'fraction' or total 'coordinates' per round",
                            choices=("fraction", "coordinates")),
-        "iterations": Key(int, 1000, "number of iterations (communication rounds)", check=(_positive, "> 0")),
+        "iterations": Key(int, 1000, "number of iterations (communication rounds)",
+                          check=(_iterations, f"between 1 and {MAX_ITERATIONS:.0e}")),
         "step_multiplier": Key(_NUM, 1.0, "γ = step_multiplier × theoretical step size", check=(_positive, "> 0")),
         "alpha": Key((str, *_NUM), "theory", "DIANA shift step α ('theory' = 1/(1+ω))"),
         "momentum": Key(_NUM, 0.0, "heavy-ball momentum β in [0, 1)"),
@@ -79,7 +92,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "local_steps": Key(int, 1, "local SGD steps per round (local-sgd; 1 = compressed SGD)", check=(_positive, "> 0")),
         "error_feedback": Key(bool, False, "error feedback: compress residual + update, keep the rest (local-sgd)"),
         "batch": Key(int, 0, "mini-batch size per worker (0 = full local gradient)", check=(_nonneg, ">= 0")),
-        "seed": Key(int, 0, "random seed (rank r uses SeedSequence(seed).spawn(world_size)[r])"),
+        "seed": Key(int, 0, "random seed (rank r uses SeedSequence(seed).spawn(world_size)[r])",
+                    check=(_nonneg, ">= 0")),
         "eval_every": Key(int, 10, "evaluate and record every this many iterations", check=(_positive, "> 0")),
         "tolerance": Key(_NUM, 0.0, "stop when f − f* <= tolerance (0 = never)", check=(_nonneg, ">= 0")),
         "max_bits": Key(_NUM, 0.0, "stop when a worker has sent this many model bits (0 = no limit)", check=(_nonneg, ">= 0")),
@@ -131,6 +145,8 @@ def _check_value(section: str, key: str, value):
         raise ConfigError(f"{where}: expected {_typename(spec)}, got {type(value).__name__} {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{where}: must be finite, got {value!r}")
+    if isinstance(value, int) and not isinstance(value, bool) and not -INT64 < value < INT64:
+        raise ConfigError(f"{where}: {value} is outside the 64-bit integer range")
     if spec.choices and value not in spec.choices:
         raise ConfigError(f"{where}: must be one of {', '.join(spec.choices)}; got {value!r}")
     if spec.check and isinstance(value, _NUM) and not isinstance(value, bool) and not spec.check[0](value):
@@ -254,6 +270,10 @@ def expand(cfg: dict) -> list[dict]:
     variants outermost, then the sweep's Cartesian product."""
     keys = list(cfg["sweep"])
     grids = [cfg["sweep"][k] for k in keys]
+    size = max(len(cfg.get("variant") or [{}]), 1) * math.prod(len(g) for g in grids)
+    if size > MAX_GRID:
+        raise ConfigError(f"the experiment expands to {size:.3g} runs (variants × sweep); at most {MAX_GRID} are "
+                          "allowed: split it into several experiment files")
     runs = []
     for variant in cfg.get("variant") or [{}]:
         for combo in itertools.product(*grids) if keys else [()]:

@@ -40,14 +40,31 @@ PHASES = ("grad", "compress", "comm_up", "server", "comm_down", "iter")
 LEDGER = ("Gather", "Gatherv", "Bcast", "Allgather", "Allgatherv", "Allreduce")   # = transport.LEDGER
 
 
+def refuse_existing(path) -> None:
+    """FileExistsError if a results file or its ``.partial`` is at ``path`` (no silent overwrite)."""
+    path = Path(path)
+    for p in (path, path.with_name(path.name + PARTIAL_SUFFIX)):
+        if p.exists():
+            raise FileExistsError(f"{p} exists; choose another -o, or pass --overwrite to replace it")
+
+
 class ResultsWriter:
     """Creates ``<path>.partial``; :meth:`close` renames it to ``path``."""
 
-    def __init__(self, path: str | os.PathLike, attrs: dict):
+    def __init__(self, path: str | os.PathLike, attrs: dict, overwrite: bool = False):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.partial = self.path.with_name(self.path.name + PARTIAL_SUFFIX)
-        self.f = h5py.File(self.partial, "w")
+        if not overwrite:
+            refuse_existing(self.path)
+        try:   # exclusive creation; with overwrite, HDF5's file lock still refuses a file another writer holds
+            self.f = h5py.File(self.partial, "w" if overwrite else "x")
+        except (FileExistsError, BlockingIOError) as exc:
+            raise FileExistsError(f"{self.partial} is being written by another invocation") from exc
+        except OSError as exc:
+            if "lock" in str(exc).lower() or "exist" in str(exc).lower():
+                raise FileExistsError(f"{self.partial} is being written by another invocation") from exc
+            raise
         self.f.attrs["schema_version"] = SCHEMA_VERSION
         for k, v in attrs.items():
             self.f.attrs[k] = _attr(v)

@@ -78,7 +78,7 @@ def prepare(cfg: dict, transport: Transport, select: str | None = None) -> list[
 
 
 def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_start=None, name="experiment",
-            progress=False):
+            progress=False, overwrite=False):
     """Run prepared runs; rank 0 writes ``out`` (via ``out.partial``). Returns (path, summaries) on
     rank 0 and (None, []) elsewhere. A run that diverges is recorded and the experiment goes on;
     an exception leaves the partial file readable and propagates."""
@@ -95,7 +95,9 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
             log(f"# experiment {name!r}: {len(runs)} run(s); set-up {time.perf_counter() - t_start:.2f} s "
                 "(data, partitions, f*, JIT)")
         try:
-            writer = ResultsWriter(out, attrs)
+            writer = ResultsWriter(out, attrs, overwrite=overwrite)
+        except FileExistsError as exc:
+            err = UserError(str(exc))
         except OSError as exc:
             err = UserError(f"cannot create results file {out}: {exc.strerror or exc}")
     t.agree(err)

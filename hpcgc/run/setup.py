@@ -21,6 +21,8 @@ from ..problems import Objective, cached_reference
 from ..transport import Transport
 
 PROBLEM_KINDS = LINEAR_KINDS + MODEL_KINDS
+PER_ITERATION_BYTES = 6 * 8            # one float64 per phase per iteration (run.per_iteration_times)
+PER_ITERATION_LIMIT = 2**30
 
 # -- planning (identical on every rank, no data needed) -------------------------------------------
 @dataclass
@@ -56,6 +58,10 @@ def plan(cfg: dict) -> list[RunPlan]:
         check_collective(r, alg_cls, comp)
         if getattr(comp, "matrices_only", False):
             check_matrices(rc, comp)
+        if r["per_iteration_times"] and r["iterations"] * PER_ITERATION_BYTES > PER_ITERATION_LIMIT:
+            raise ConfigError(f"run.iterations = {r['iterations']} with run.per_iteration_times = true needs "
+                              f"{r['iterations'] * PER_ITERATION_BYTES / 2**30:.3g} GiB per rank for the timings; "
+                              "set run.per_iteration_times = false (cumulative phase times are still recorded)")
         if not 0.0 <= r["momentum"] < 1.0:
             raise ConfigError(f"run.momentum must be in [0, 1), got {r['momentum']!r}")
         if isinstance(r["alpha"], str) and r["alpha"] != "theory":
@@ -182,6 +188,9 @@ class DataCache:
                     shards[rk] = (ds.X[parts[i]], y[parts[i]])
             except (UserError, ValueError, OSError) as exc:
                 error = exc
+            except MemoryError:
+                error = UserError(f"not enough memory to set up {rc['data']['dataset']!r} with problem.kind = "
+                                  f"{kind!r} (problem.hidden = {rc['problem']['hidden']})")
         t.agree(error)
         meta = t.bcast_object(meta)
         shard = t.scatter_object(shards)
@@ -197,6 +206,8 @@ class DataCache:
                     L_i = local.smoothness()
         except (UserError, ValueError, ArithmeticError) as exc:
             error = exc
+        except MemoryError:
+            error = UserError(f"not enough memory for this rank's shard of {rc['data']['dataset']!r}")
         t.agree(error)
         L_max = t.allreduce_max(L_i)
         L_all = t.gather_rows(np.array([L_i]))
