@@ -145,9 +145,11 @@ def summary_table(summaries) -> str:
 def cmd_run(args, argv, validate_only=False) -> int:
     from . import config, results
     from .run import execute, prepare
+    from .run.signals import REQUEST
     from .transport import Transport
 
     t = Transport()
+    REQUEST.install(abort=t.abort)
     say = print if t.is_root else (lambda *a, **k: None)
     log = (lambda *a: None) if args.quiet else say
     cfg = _load_config(args)               # identical on every rank: a bad file fails everywhere alike
@@ -184,6 +186,7 @@ def cmd_run(args, argv, validate_only=False) -> int:
 def _mpi_command(fn) -> int:
     """Run ``fn()`` on every rank: a UserError is one ``hpcgc: error:`` line on rank 0 and exit 2
     everywhere; any other exception takes every rank down with a traceback (exit 1)."""
+    from .run.signals import Interrupted
     rank = 0
     try:
         from mpi4py import MPI
@@ -193,12 +196,16 @@ def _mpi_command(fn) -> int:
         if rank == 0:
             print(f"hpcgc: error: {exc}", file=sys.stderr)
         return 2
+    except Interrupted as exc:            # a stop signal: everything so far is in the .partial file
+        if rank == 0:
+            print(f"hpcgc: {exc.message}", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
+    except BrokenPipeError:               # output piped into `head` and closed: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except Exception:  # a bug, not a user mistake
+    except Exception:  # a bug, not a user mistake: show it and take every rank down (no hang)
         sys.stderr.write(f"hpcgc: internal error on rank {rank}:\n{traceback.format_exc()}")
         from .transport import Transport
         Transport().abort(1)
@@ -220,25 +227,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "list":
         return cmd_list(args)
-    rank = 0
-    try:
-        from mpi4py import MPI
-        rank = MPI.COMM_WORLD.Get_rank()
-        return cmd_run(args, argv, validate_only=args.command == "validate")
-    except UserError as exc:
-        if rank == 0:
-            print(f"hpcgc: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:               # output piped into `head` and closed: not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except Exception:  # a bug, not a user mistake: show it and take every rank down (no hang)
-        sys.stderr.write(f"hpcgc: internal error on rank {rank}:\n{traceback.format_exc()}")
-        from .transport import Transport
-        Transport().abort(1)
-        return 1
+    return _mpi_command(lambda: cmd_run(args, argv, validate_only=args.command == "validate"))
 
 
 if __name__ == "__main__":

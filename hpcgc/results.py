@@ -195,7 +195,7 @@ def load(path) -> Results:
 
     path = Path(path)
     try:
-        f = h5py.File(path, "r")
+        f = h5py.File(path, "r", locking=False)     # a running job holds its .partial open: read it anyway
     except FileNotFoundError:
         raise ResultsFormatError(f"results file not found: {path}") from None
     except OSError as exc:
@@ -311,7 +311,7 @@ def load_collectives(path) -> CollectivesResults:
     ``res.attrs`` holds the provenance (MPI library, hosts, ranks, command line)."""
     path = Path(path)
     try:
-        f = h5py.File(path, "r")
+        f = h5py.File(path, "r", locking=False)     # a running job holds its .partial open: read it anyway
     except FileNotFoundError:
         raise ResultsFormatError(f"collectives file not found: {path}") from None
     except OSError as exc:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from hpcgc import results
 from tests.conftest import ROOT, mpi_env, mpiexec_cmd, run_mpi
 
@@ -45,3 +47,80 @@ def test_two_concurrent_writers_one_proceeds(tmp_path):
     refused = outs[[p.returncode for p in procs].index(2)][1]
     assert "another invocation" in refused or "exists" in refused, refused
     assert results.load(out).complete and len(results.load(out)) == 1
+
+
+LONG = ["-m", "hpcgc.bench", "-q", "--set", "run.iterations=1000000", "--set", "run.per_iteration_times=false",
+        "--set", "sweep.algorithm=['dcgd','diana']", "--set", "sweep.compressor=['qsgd:s=2']"]
+
+
+def _start(n, args, out):
+    cmd = mpiexec_cmd(n) + [sys.executable, *args, "-o", str(out)]
+    return subprocess.Popen(cmd, cwd=ROOT, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_rows(partial, rows=3, timeout=60):
+    """Until the running run has flushed a few evaluation rows (the file is flushed every 2 s)."""
+    import time
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        try:
+            r = results.load(partial)
+            if r and len(r[0].series["iteration"]) >= rows:
+                return
+        except results.ResultsFormatError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"no rows in {partial} after {timeout} s")
+
+
+def _signal_rank(p, rank_pid_index, signum):
+    """Send signum to one MPI rank (a python child of mpiexec's process tree), by position."""
+    import os
+    kids = subprocess.run(["pgrep", "-f", "-P", str(p.pid), "python"], capture_output=True, text=True).stdout.split()
+    if not kids:                                   # hydra: mpiexec -> hydra_pmi_proxy -> python
+        proxies = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+        kids = [k for pr in proxies for k in subprocess.run(["pgrep", "-P", pr], capture_output=True,
+                                                             text=True).stdout.split()]
+    os.kill(int(sorted(kids, key=int)[rank_pid_index]), signum)
+
+
+@pytest.mark.parametrize("sig,code,target", [("SIGTERM", 143, "mpiexec"), ("SIGINT", 130, "mpiexec"),
+                                            ("SIGTERM", 143, "one worker")])
+def test_signal_stops_gracefully_and_keeps_the_running_run(tmp_path, sig, code, target):
+    import signal
+    import time
+    out = tmp_path / "sig.h5"
+    extra = ["--set", "run.collective=allgather"] if target == "one worker" else []
+    p = _start(4, [*LONG, *extra], out)
+    partial = tmp_path / "sig.h5.partial"
+    _wait_for_rows(partial)
+    t0 = time.monotonic()
+    if target == "mpiexec":
+        p.send_signal(getattr(signal, sig))
+    else:
+        _signal_rank(p, 2, getattr(signal, sig))
+    _, err = p.communicate(timeout=60)
+    took = time.monotonic() - t0
+    assert p.returncode == code, err
+    assert took < 5, took
+    lines = [line for line in err.splitlines() if line.startswith("hpcgc: interrupted")]
+    assert len(lines) == 1 and str(partial) in lines[0], err
+    res = results.load(partial)
+    assert not res.complete and not out.exists()
+    run = res[0]
+    assert run.status == "interrupted" and sig in run.attrs["stop_reason"]
+    assert run.attrs["iterations_done"] == run.series["iteration"][-1] > 0
+    assert run.x_final is not None
+
+
+def test_killed_rank_ends_the_job_and_the_partial_file_stays_readable(tmp_path):
+    import signal
+    out = tmp_path / "kill.h5"
+    p = _start(4, LONG, out)
+    partial = tmp_path / "kill.h5.partial"
+    _wait_for_rows(partial)
+    _signal_rank(p, 1, signal.SIGKILL)
+    p.communicate(timeout=120)
+    assert p.returncode != 0
+    res = results.load(partial)
+    assert not res.complete and len(res[0].series["iteration"]) >= 3

@@ -2,6 +2,7 @@
 execute them one after the other into one results file written by rank 0."""
 from __future__ import annotations
 
+import signal
 import time
 
 import numpy as np
@@ -11,6 +12,7 @@ from ..errors import ConfigError, UserError
 from ..transport import RankOrderedJIT, Transport
 from .run import Run
 from .setup import DataCache, plan
+from .signals import REQUEST, Interrupted
 
 
 def warm_jit(specs, transport: Transport):
@@ -104,6 +106,7 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
     summaries = []
     try:
         for i, run in enumerate(runs):
+            stop_on_signal(t, summaries, run.rp.run_id, writer)
             run.writer = writer
             run.show_progress = progress
             s = run.execute()
@@ -111,8 +114,27 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
                 summaries.append(s)
                 log(f"[{i + 1}/{len(runs)}] {s.run_id}: {s.status} ({s.stop_reason}) after {s.iterations} it, "
                     f"f - f* = {s.suboptimality:.3e}, {s.mb_up:.4f} MB up, {s.median_iter_ms:.3f} ms/it (median)")
+        stop_on_signal(t, summaries, None, writer)
     except BaseException:
         if writer is not None:
             writer.close(complete=False)
         raise
     return (writer.close(complete=True) if writer is not None else None), summaries
+
+
+def stop_on_signal(t: Transport, summaries, next_run, writer):
+    """Between runs (collective, one scalar): if any rank received a stop signal, end the
+    experiment with :class:`Interrupted`, saying on rank 0 what the partial file keeps."""
+    signum = int(t.allreduce_max(float(REQUEST.signum)))
+    if not signum:
+        return
+    msg = ""
+    if t.is_root:
+        done = [s for s in summaries if s.status != "interrupted"]
+        cut = [s for s in summaries if s.status == "interrupted"]
+        kept = f"{len(done)} finished run(s)" + (f" and {cut[0].run_id} up to iteration {cut[0].iterations}"
+                                                 if cut else "")
+        where = writer.partial if writer is not None else "no results file"
+        msg = (f"interrupted by {signal.Signals(signum).name}: {kept} kept in {where} (complete = false)"
+               + (f"; {next_run} and later runs not started" if next_run else ""))
+    raise Interrupted(signum, msg)

@@ -14,6 +14,7 @@ Adding a stop rule, a recorder or a checkpoint = one observer, appended to the r
 from __future__ import annotations
 
 import math
+import signal
 import time
 
 import numpy as np
@@ -21,10 +22,11 @@ import numpy as np
 from ..exchange.base import CONTINUE, STOP
 from ..progress import Progress
 from ..transport import LEDGER, PHASES
+from .signals import REQUEST
 
 
 class Outcome:
-    """How the run ended: status (completed | diverged | stopped) and a reason, set by the rules."""
+    """How the run ended: status (completed | diverged | stopped | interrupted) and a reason."""
 
     def __init__(self):
         self.status, self.reason = "completed", "iterations"
@@ -62,7 +64,8 @@ class Ledger:
 
 
 class Budgets:
-    """Rank 0: the bit and wall-time budgets (``run.max_bits``, ``run.max_seconds``)."""
+    """Rank 0: the bit and wall-time budgets (``run.max_bits``, ``run.max_seconds``) and rank 0's
+    own stop signal (:mod:`.signals`)."""
 
     def __init__(self, r: dict, ledger: Ledger, outcome: Outcome):
         self.max_bits, self.max_seconds = r["max_bits"], r["max_seconds"]
@@ -70,6 +73,8 @@ class Budgets:
         self.t0 = time.monotonic()
 
     def check(self) -> float:
+        if REQUEST.signum:
+            return self.outcome.end("interrupted", f"{REQUEST.name} received (rank 0)")
         if self.max_bits > 0 and self.ledger.model.max() >= self.max_bits:
             return self.outcome.end("stopped", f"bit budget {self.max_bits:g} reached")
         if self.max_seconds > 0 and time.monotonic() - self.t0 >= self.max_seconds:
@@ -78,7 +83,7 @@ class Budgets:
 
 
 class StopRules:
-    """Rank 0, at evaluation points: divergence (non-finite loss, or the progress measure above
+    """Rank 0, at evaluation points: a stop signal on any rank, divergence (non-finite loss, or the progress measure above
     ``divergence_factor`` × its start), the tolerance on f − f*, and the budgets when the
     collective has no per-iteration downlink to carry them (``allreduce``, ``allgather``)."""
 
@@ -87,6 +92,9 @@ class StopRules:
         self.start = None
 
     def evaluate(self, k: int, row: dict) -> float:
+        if row["stop_signal"]:
+            name = signal.Signals(int(row["stop_signal"])).name
+            return self.outcome.end("interrupted", f"{name} received; stopped at iteration {k}")
         gap = row["suboptimality"] if self.has_opt else row["loss"]
         if self.start is None:
             self.start = max(abs(gap), 1e-300)
@@ -146,12 +154,12 @@ class Watch:
 
     def evaluate(self, k: int) -> bool:
         t = self.t
-        rows = t.gather_rows(np.concatenate([self.clock.totals, t.ledger]))
+        rows = t.gather_rows(np.concatenate([self.clock.totals, t.ledger, [REQUEST.signum]]))
         if t.is_root:
             row = self.metrics()
             row.update(iteration=k, bits_up_model=self.ledger.model, bits_up_wire=self.ledger.wire,
                        bits_down_wire=self.ledger.down, time=rows[:, :len(PHASES)],
-                       mpi_bytes=rows[:, len(PHASES):len(PHASES) + len(LEDGER)])
+                       mpi_bytes=rows[:, len(PHASES):len(PHASES) + len(LEDGER)], stop_signal=rows[:, -1].max())
             self.last_row = row
             votes = [o.evaluate(k, row) for o in self.observers if hasattr(o, "evaluate")]
             self.ctrl[0] = max(votes, default=CONTINUE)
