@@ -34,6 +34,7 @@ cat >"$OUT" <<SBATCH
 #SBATCH --cpus-per-task=1
 #SBATCH --time=$TIME
 #SBATCH --output=slurm-%x-%j.out
+#SBATCH --signal=B:TERM@60
 #
 # Job script of jobs/experiments/$NAME.toml:
 #   ${DESC:-(see the experiment file)}
