@@ -21,13 +21,18 @@ written as ``<path>.partial`` and renamed to ``<path>`` when the whole invocatio
 """
 from __future__ import annotations
 
+import functools
 import os
+import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
 import numpy as np
+
+from .errors import UserError
 
 SCHEMA_VERSION = 1
 FLUSH_SECONDS = 2.0
@@ -48,8 +53,46 @@ def refuse_existing(path) -> None:
             raise FileExistsError(f"{p} exists; choose another -o, or pass --overwrite to replace it")
 
 
+class WriteFailed(UserError):
+    """Writing the results file failed (full disk, quota, vanished directory): names the file and the cause."""
+
+
+def _cause(exc: BaseException) -> str:
+    """The operating system's reason inside an HDF5 error (e.g. 'No space left on device')."""
+    text = str(exc)
+    m = re.search(r"error message = '([^']+)'", text)
+    if m:
+        return m.group(1)
+    return getattr(exc, "strerror", None) or (text.splitlines()[0] if text else type(exc).__name__)
+
+
+def guarded(method):
+    """A writer method that never raises: the first failure is kept as ``error`` (a WriteFailed naming the
+    file and the cause) and every later call does nothing, so the ranks can stop together."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        top = getattr(self, "parent", self)
+        if top.error is not None:
+            return None
+        try:
+            return method(self, *args, **kwargs)
+        except (OSError, RuntimeError, ValueError, KeyError) as exc:
+            top.error = WriteFailed(f"cannot write {top.partial}: {_cause(exc)}")
+            return None
+    return wrapper
+
+
+def estimate_run_bytes(rows: int, n: int, world: int, per_iteration_rows: int, d: int) -> int:
+    """An upper estimate of one run's size in the file: series (chunks of 256 rows), per-iteration
+    timings, tables, the final iterate and attributes."""
+    cols = len(SCALAR_SERIES) + len(WORKER_SERIES) * n + (len(PHASES) + len(LEDGER)) * world
+    series = 8 * cols * 256 * (rows // 256 + 1)
+    return int(1.5 * (series + 4 * len(PHASES) * world * per_iteration_rows + 8 * d + 64 * n + 2**16))
+
+
 class ResultsWriter:
-    """Creates ``<path>.partial``; :meth:`close` renames it to ``path``."""
+    """Creates ``<path>.partial``; :meth:`close` renames it to ``path``. Failures while writing are
+    kept in ``error`` (see :func:`guarded`) instead of raised."""
 
     def __init__(self, path: str | os.PathLike, attrs: dict, overwrite: bool = False):
         self.path = Path(path)
@@ -65,19 +108,36 @@ class ResultsWriter:
             if "lock" in str(exc).lower() or "exist" in str(exc).lower():
                 raise FileExistsError(f"{self.partial} is being written by another invocation") from exc
             raise
+        self.error = None
         self.f.attrs["schema_version"] = SCHEMA_VERSION
         for k, v in attrs.items():
             self.f.attrs[k] = _attr(v)
         self.f.create_group("runs")
         self.f.flush()
 
+    def free_space_error(self, run_id: str, needed: int):
+        """A WriteFailed if the file system holding the file has less than ``needed`` bytes free."""
+        free = shutil.disk_usage(self.partial.parent).free
+        if free < needed:
+            return WriteFailed(f"not enough free space for run {run_id} in {self.partial.parent}: about "
+                               f"{needed / 1e6:.3g} MB needed, {free / 1e6:.3g} MB free")
+        return None
+
+    @guarded
     def begin_run(self, run_id: str, attrs: dict, n_workers: int, world_size: int) -> "RunWriter":
         return RunWriter(self, self.f["runs"].create_group(run_id), attrs, n_workers, world_size)
 
     def close(self, complete: bool = True):
-        self.f.attrs["complete"] = bool(complete)
-        self.f.close()
-        if complete:
+        try:
+            self.f.attrs["complete"] = bool(complete and self.error is None)
+            self.f.close()
+        except (OSError, RuntimeError, ValueError) as exc:
+            self.error = self.error or WriteFailed(f"cannot write {self.partial}: {_cause(exc)}")
+            try:
+                self.f.close()
+            except (OSError, RuntimeError, ValueError):
+                pass
+        if complete and self.error is None:
             os.replace(self.partial, self.path)
             return self.path
         return self.partial
@@ -103,10 +163,12 @@ class RunWriter:
                 tg.create_dataset(name, shape=(0, world), maxshape=(None, world), dtype=np.float64,
                                   chunks=(256, world))
 
+    @guarded
     def set_attrs(self, attrs: dict):
         for k, v in attrs.items():
             self.g.attrs[k] = _attr(v)
 
+    @guarded
     def append(self, row: dict):
         """One evaluation point: scalars, per-worker vectors, ``time`` → (world, phases) array and
         ``mpi_bytes`` → (world, collectives) array (the transport's cumulative sender ledger)."""
@@ -131,6 +193,7 @@ class RunWriter:
             self.parent.f.flush()
             self._last_flush = now
 
+    @guarded
     def write_table(self, group: str, columns: dict):
         g = self.g.require_group(group)
         for k, v in columns.items():
@@ -138,6 +201,7 @@ class RunWriter:
                 del g[k]
             g.create_dataset(k, data=np.asarray(v))
 
+    @guarded
     def finish(self, status: str, stop_reason: str, attrs: dict | None = None, arrays: dict | None = None):
         if attrs:
             self.set_attrs(attrs)
@@ -187,6 +251,7 @@ class Results(list):
     attrs: dict
     path: Path
     complete: bool
+    unreadable: list          # run ids whose data a failure cut off (the file's other runs are intact)
 
 
 def load(path) -> Results:
@@ -211,21 +276,31 @@ def load(path) -> Results:
         out.attrs = {k: _py(v) for k, v in f.attrs.items()}
         out.path = path
         out.complete = bool(out.attrs.get("complete", False))
-        for run_id, g in f["runs"].items():
-            attrs = {k: _py(v) for k, v in g.attrs.items()}
-            attrs.setdefault("collective", "gather")        # files written before run.collective existed
+        out.unreadable = []
+        for run_id in f["runs"]:
             try:
-                config = tomllib.loads(attrs.get("config", ""))
-            except tomllib.TOMLDecodeError:
-                config = {}
-            series = {k: g[k][()] for k in (*SCALAR_SERIES, *WORKER_SERIES) if k in g}
-            times = {k: v[()] for k, v in g["time"].items()} if "time" in g else {}
-            workers = {k: v[()] for k, v in g["workers"].items()} if "workers" in g else {}
-            per_it = {k: v[()] for k, v in g["per_iteration"].items()} if "per_iteration" in g else {}
-            x_final = g["x_final"][()] if "x_final" in g else None
-            sent = {k: v[()] for k, v in g["mpi_bytes"].items()} if "mpi_bytes" in g else {}
-            out.append(Run(run_id, attrs, config, series, times, workers, per_it, x_final, sent))
+                out.append(_read_run(run_id, f["runs"][run_id], tomllib))
+            except (OSError, KeyError, ValueError, AttributeError, TypeError):
+                # a run cut off by a failure while it was written (e.g. a full disk): the runs
+                # flushed before it stay readable
+                out.unreadable.append(run_id)
         return out
+
+
+def _read_run(run_id: str, g, tomllib) -> Run:
+    attrs = {k: _py(v) for k, v in g.attrs.items()}
+    attrs.setdefault("collective", "gather")        # files written before run.collective existed
+    try:
+        config = tomllib.loads(attrs.get("config", ""))
+    except tomllib.TOMLDecodeError:
+        config = {}
+
+    def group(name):
+        return {k: v[()] for k, v in g[name].items()} if name in g else {}
+    series = {k: g[k][()] for k in (*SCALAR_SERIES, *WORKER_SERIES) if k in g}
+    x_final = g["x_final"][()] if "x_final" in g else None
+    return Run(run_id, attrs, config, series, group("time"), group("workers"), group("per_iteration"), x_final,
+               group("mpi_bytes"))
 
 
 def _py(v):

@@ -124,3 +124,47 @@ def test_killed_rank_ends_the_job_and_the_partial_file_stays_readable(tmp_path):
     assert p.returncode != 0
     res = results.load(partial)
     assert not res.complete and len(res[0].series["iteration"]) >= 3
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 3 MiB tmpfs (root only, as CI runs); skipped where mounting is not allowed."""
+    mnt = tmp_path / "fs"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_full_disk_is_one_clean_error_and_finished_runs_stay_readable(small_fs):
+    import time
+    out = small_fs / "r.h5"
+    p = _start(2, ["-m", "hpcgc.bench", "-q", "--set", "run.tolerance=0", "--set", "run.iterations=20000",
+                   "--set", "run.eval_every=500", "--set", "run.per_iteration_times=false",
+                   "--set", "sweep.algorithm=['diana']"], out)
+    partial = small_fs / "r.h5.partial"
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 120:             # until the first run is finished and flushed
+        try:
+            if any(r.status == "completed" for r in results.load(partial)):
+                break
+        except results.ResultsFormatError:
+            pass
+        time.sleep(0.3)
+    with open(small_fs / "fill", "wb") as fh:      # now the disk is full
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+        except OSError:
+            pass
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 2, err
+    errors = [line for line in err.splitlines() if line.startswith("hpcgc: error:")]
+    assert len(errors) == 1 and str(small_fs) in errors[0], err
+    assert "No space left" in errors[0] or "not enough free space" in errors[0], errors[0]
+    assert "Traceback" not in err
+    (small_fs / "fill").unlink()
+    res = results.load(partial)
+    assert not res.complete
+    assert res[0].status == "completed" and res[0].series["iteration"][-1] == 20000

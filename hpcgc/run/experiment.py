@@ -107,9 +107,11 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
     try:
         for i, run in enumerate(runs):
             stop_on_signal(t, summaries, run.rp.run_id, writer)
+            t.agree(writer.free_space_error(run.rp.run_id, run.estimated_bytes()) if writer is not None else None)
             run.writer = writer
             run.show_progress = progress
             s = run.execute()
+            t.agree(writer.error if writer is not None else None)     # a write failure ends every rank
             if s is not None:
                 summaries.append(s)
                 log(f"[{i + 1}/{len(runs)}] {s.run_id}: {s.status} ({s.stop_reason}) after {s.iterations} it, "
@@ -119,7 +121,9 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
         if writer is not None:
             writer.close(complete=False)
         raise
-    return (writer.close(complete=True) if writer is not None else None), summaries
+    path = writer.close(complete=True) if writer is not None else None
+    t.agree(writer.error if writer is not None else None)
+    return path, summaries
 
 
 def stop_on_signal(t: Transport, summaries, next_run, writer):

@@ -108,14 +108,17 @@ class StopRules:
 
 
 class Recorder:
-    """Rank 0: one results row per evaluation point (``hpcgc.results.RunWriter``)."""
+    """Rank 0: one results row per evaluation point (``hpcgc.results.RunWriter``); a write failure
+    (full disk, quota) stops the run as ``failed`` — the experiment then ends on every rank."""
 
-    def __init__(self, writer):
-        self.w = writer
+    def __init__(self, file, writer, outcome: Outcome):
+        self.file, self.w, self.outcome = file, writer, outcome
 
     def evaluate(self, k: int, row: dict) -> float:
         if self.w is not None:
             self.w.append(row)
+        if self.file is not None and self.file.error is not None:
+            return self.outcome.end("failed", str(self.file.error))
         return CONTINUE
 
 

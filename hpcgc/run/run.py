@@ -187,7 +187,7 @@ class Run:
             x0_dist = float(np.sum((x - s.opt.x) ** 2)) if s.opt is not None else 0.0
             rw = self.writer.begin_run(self.rp.run_id, self._attrs(), s.n_workers, t.size) if self.writer else None
             bar = ProgressLine(self.rp.run_id, r["iterations"], self.show_progress, crossed, ledger)
-            observers = [Recorder(rw), StopRules(r, s.opt is not None, outcome,
+            observers = [Recorder(self.writer, rw, outcome), StopRules(r, s.opt is not None, outcome,
                                                  None if ex.carries_control else budgets), bar]
 
             def on_step():
@@ -249,6 +249,13 @@ class Run:
             suboptimality=float(last_row.get("suboptimality", np.nan)) if outcome.status != "diverged" else np.nan,
             mb_up=float(ledger.wire[crossed].sum()) / 8e6, phase_ms=mean_ms, median_iter_ms=med_iter,
             wire_over_model=float(ledger.wire.sum() - header) / model_total if model_total else np.nan)
+
+    def estimated_bytes(self) -> int:
+        """Upper estimate of this run's share of the results file (checked against free space)."""
+        from ..results import estimate_run_bytes
+        r, s = self.r, self.s
+        return estimate_run_bytes(r["iterations"] // r["eval_every"] + 2, s.n_workers, self.t.size,
+                                  r["iterations"] if r["per_iteration_times"] else 0, s.d)
 
     def _one_time_upload(self, ex, ws, ss) -> dict:
         """The algorithm's one-time set-up message (e.g. L_i^{1/2} for smoothness-aware methods),
