@@ -78,6 +78,11 @@ def build_parser():
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing results file at --out (default: refuse it, and never touch a file "
                         "another invocation is writing)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the interrupted invocation that wrote --out (its .partial file): finished runs "
+                        "are kept, an interrupted run continues from its checkpoint (run.checkpoint_every) with "
+                        "identical iterates, the other runs run; refused if the experiment, rank count or "
+                        "code version differ")
     p.add_argument("--grid-index", metavar="I", help="run only these grid points: I, I,J or I-J (0-based; "
                    "e.g. $SLURM_ARRAY_TASK_ID); `validate` prints the grid size")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the final table")
@@ -155,7 +160,11 @@ def cmd_run(args, argv, validate_only=False) -> int:
     cfg = _load_config(args)               # identical on every rank: a bad file fails everywhere alike
     t0 = time.perf_counter()
     out = Path(args.out) if args.out else default_out(cfg["name"])
-    if not validate_only and not args.overwrite:     # before any data is read
+    if args.resume and not args.out:
+        raise UserError("--resume needs -o PATH: the results file of the invocation to continue")
+    if args.resume and args.overwrite:
+        raise UserError("--resume continues a results file, --overwrite replaces it: choose one")
+    if not validate_only and not args.overwrite and not args.resume:     # before any data is read
         error = None
         if t.is_root:
             try:
@@ -176,7 +185,7 @@ def cmd_run(args, argv, validate_only=False) -> int:
                 f"l2={rc['problem']['l2']:g}  d={r.s.d} n={r.s.n_workers}  {params}  iterations={rc['run']['iterations']}")
         return 0
     path, summaries = execute(runs, t, out, argv, log=log, t_start=t0, name=cfg["name"], progress=not args.quiet,
-                              overwrite=args.overwrite)
+                              overwrite=args.overwrite, resume=args.resume)
     if t.is_root:
         say(summary_table(summaries))
         say(f"# results: {path}")

@@ -102,6 +102,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
                           "Bcast of the iterate), 'allreduce' (summable messages: identity, randk shared_seed, "
                           "powersgd; no server), 'allgather' (every rank decodes every payload; no server)",
                           choices=("gather", "allreduce", "allgather")),
+        "checkpoint_every": Key((int, str), "600s", "save the run's whole state every this many iterations, or "
+                                "seconds as '600s' / '10min' (0 = only when a stop signal ends the run); "
+                                "--resume continues from it"),
         "server": Key(str, "worker", "'worker': rank 0 is server and worker; 'dedicated': rank 0 holds no data",
                       choices=("worker", "dedicated")),
         "divergence_factor": Key(_NUM, 1e6, "mark diverged when f − f* exceeds this × (f(x⁰) − f*)", check=(_positive, "> 0")),

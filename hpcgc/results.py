@@ -94,10 +94,13 @@ class ResultsWriter:
     """Creates ``<path>.partial``; :meth:`close` renames it to ``path``. Failures while writing are
     kept in ``error`` (see :func:`guarded`) instead of raised."""
 
-    def __init__(self, path: str | os.PathLike, attrs: dict, overwrite: bool = False):
+    def __init__(self, path: str | os.PathLike, attrs: dict, overwrite: bool = False, resume: bool = False):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.partial = self.path.with_name(self.path.name + PARTIAL_SUFFIX)
+        if resume:
+            self._reopen(attrs)
+            return
         if not overwrite:
             refuse_existing(self.path)
         try:   # exclusive creation; with overwrite, HDF5's file lock still refuses a file another writer holds
@@ -114,6 +117,47 @@ class ResultsWriter:
             self.f.attrs[k] = _attr(v)
         self.f.create_group("runs")
         self.f.flush()
+
+    def _reopen(self, attrs: dict):
+        """Open ``<path>.partial`` of an interrupted invocation for appending (``--resume``)."""
+        if self.path.exists() and not self.partial.exists():
+            raise FileExistsError(f"{self.path} is complete: there is nothing to resume")
+        if not self.partial.exists():
+            raise FileNotFoundError(f"--resume: {self.partial} not found (nothing to resume)")
+        try:
+            self.f = h5py.File(self.partial, "r+")
+        except (BlockingIOError, OSError) as exc:
+            raise FileExistsError(f"{self.partial} cannot be opened for resuming ({_cause(exc)}): "
+                                  "is another invocation writing it?") from exc
+        self.error = None
+        self.f.attrs["resumed"] = self.f.attrs.get("resumed", 0) + 1
+        for k in ("created", "command_line"):
+            if k in attrs:
+                self.f.attrs[f"resumed_{k}"] = _attr(attrs[k])
+
+    def run_state(self, run_id: str):
+        """(status, checkpoint iteration or None) of a run already in the file, or None if absent."""
+        if run_id not in self.f["runs"]:
+            return None
+        g = self.f["runs"][run_id]
+        if g is None:
+            return ("unreadable", None)
+        ck = g.get("checkpoint")
+        return (_py(g.attrs.get("status", "")), int(ck.attrs["iteration"]) if ck is not None else None)
+
+    def drop_run(self, run_id: str):
+        del self.f["runs"][run_id]
+
+    def load_checkpoint(self, run_id: str):
+        """(iteration, rows, [per-rank blobs]) of the run's checkpoint."""
+        ck = self.f["runs"][run_id]["checkpoint"]
+        blobs = [ck[f"rank_{r}"][()].tobytes() for r in range(int(ck.attrs["ranks"]))]
+        return int(ck.attrs["iteration"]), int(ck.attrs["rows"]), blobs
+
+    @guarded
+    def resume_run(self, run_id: str, rows: int) -> "RunWriter":
+        """The writer of an interrupted run, its rows cut back to the checkpoint's."""
+        return RunWriter(self, self.f["runs"][run_id], {}, 0, 0, rows=rows)
 
     def free_space_error(self, run_id: str, needed: int):
         """A WriteFailed if the file system holding the file has less than ``needed`` bytes free."""
@@ -144,11 +188,18 @@ class ResultsWriter:
 
 
 class RunWriter:
-    def __init__(self, parent: ResultsWriter, g: h5py.Group, attrs: dict, n: int, world: int):
+    def __init__(self, parent: ResultsWriter, g: h5py.Group, attrs: dict, n: int, world: int,
+                 rows: int | None = None):
         self.parent = parent
         self.g = g
-        self.rows = 0
         self._last_flush = time.monotonic()
+        if rows is not None:            # resuming: the series as they were at the checkpoint
+            self.rows = rows
+            for ds in self._series():
+                ds.resize((rows, *ds.shape[1:]))
+            self.g.attrs["status"] = "running"
+            return
+        self.rows = 0
         self.set_attrs(attrs)
         self.g.attrs["status"] = "running"
         self.g.attrs["stop_reason"] = ""
@@ -162,6 +213,25 @@ class RunWriter:
             for name in names:
                 tg.create_dataset(name, shape=(0, world), maxshape=(None, world), dtype=np.float64,
                                   chunks=(256, world))
+
+    def _series(self):
+        yield from (self.g[name] for name in (*SCALAR_SERIES, *WORKER_SERIES))
+        for group, names in (("time", PHASES), ("mpi_bytes", LEDGER)):
+            yield from (self.g[group][name] for name in names)
+
+    @guarded
+    def save_checkpoint(self, iteration: int, blobs: list):
+        """The run's state at ``iteration`` (one pickled blob per rank), overwritten in place."""
+        ck = self.g.require_group("checkpoint")
+        for r, blob in enumerate(blobs):
+            data = np.frombuffer(blob, dtype=np.uint8)
+            name = f"rank_{r}"
+            if name not in ck:
+                ck.create_dataset(name, shape=(0,), maxshape=(None,), dtype=np.uint8, chunks=(1 << 16,))
+            ck[name].resize((data.size,))
+            ck[name][:] = data
+        ck.attrs.update(iteration=iteration, rows=self.rows, ranks=len(blobs), format="pickle-5 dict per rank")
+        self.parent.f.flush()
 
     @guarded
     def set_attrs(self, attrs: dict):
@@ -206,9 +276,13 @@ class RunWriter:
         if attrs:
             self.set_attrs(attrs)
         for k, v in (arrays or {}).items():
+            if k in self.g:             # a resumed run replaces what its interruption wrote
+                del self.g[k]
             self.g.create_dataset(k, data=np.asarray(v))
         self.g.attrs["status"] = status
         self.g.attrs["stop_reason"] = stop_reason
+        if status != "interrupted" and "checkpoint" in self.g:      # only an interrupted run resumes
+            del self.g["checkpoint"]
         self.parent.f.flush()
 
 

@@ -282,6 +282,10 @@ class PowerSum(SumCodec):
     def lengths(self):
         return (self.m * self.r, self.n * self.r)
 
+    def state(self) -> dict:
+        """The warm-start Q (checkpoints)."""
+        return {} if self.q is None else {"q": self.q.copy()}
+
     def model_bits(self):
         return float(self.r * (self.m + self.n) * self._bits)
 

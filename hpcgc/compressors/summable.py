@@ -75,6 +75,14 @@ class SumCodec(ABC):
     def wire_bytes(self) -> int:
         return int(sum(self.lengths())) * np.dtype(self.dtype).itemsize
 
+    def state(self) -> dict:
+        """What this codec carries from one iteration to the next (checkpoints); default: nothing."""
+        return {}
+
+    def restore(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+
 
 class DenseSum(SumCodec):
     """``identity``: the vector itself, float32 (rounded, as the Gatherv payload) or float64."""
@@ -197,6 +205,13 @@ class ConcatSum(SumCodec):
 
     def model_bits(self):
         return float(sum(c.model_bits() for _, _, c in self.parts))
+
+    def state(self) -> dict:
+        return {j: c.state() for j, (_, _, c) in enumerate(self.parts) if c.state()}
+
+    def restore(self, state: dict) -> None:
+        for j, st in state.items():
+            self.parts[j][2].restore(st)
 
 
 COLLECTIVES = ("gather", "allreduce", "allgather")

@@ -59,6 +59,12 @@ class Allreduce(Exchange):
         self._stepped()
         return extra + t4 - t3, t2 - t0 - extra, t3 - t2, 0.0
 
+    def state(self) -> dict:
+        return self.codec.state()                  # PowerSGD's warm-start Q
+
+    def restore(self, state: dict) -> None:
+        self.codec.restore(state)
+
     def account(self, bits_model, bits_wire) -> float:
         bits_wire += 8.0 * self.codec.wire_bytes()
         bits_model += self.codec.model_bits()

@@ -98,6 +98,13 @@ class Exchange:
             bits_model[i] += self.alg.model_bits(i, p)
         return 0.0
 
+    def state(self) -> dict:
+        """What the exchange carries from one iteration to the next (checkpoints); default: nothing."""
+        return {}
+
+    def restore(self, state: dict) -> None:
+        return None
+
     def one_time(self, payload, ss) -> dict:
         """The algorithm's one-time set-up message (e.g. DIANA+'s S_i), delivered to every rank
         that holds the server state; returns per-worker model and wire bits (rank 0)."""

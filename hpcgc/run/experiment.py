@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from .. import compressors
+from .. import compressors, config
 from ..errors import ConfigError, UserError
 from ..transport import RankOrderedJIT, Transport
 from .run import Run
@@ -80,10 +80,12 @@ def prepare(cfg: dict, transport: Transport, select: str | None = None) -> list[
 
 
 def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_start=None, name="experiment",
-            progress=False, overwrite=False):
+            progress=False, overwrite=False, resume=False):
     """Run prepared runs; rank 0 writes ``out`` (via ``out.partial``). Returns (path, summaries) on
     rank 0 and (None, []) elsewhere. A run that diverges is recorded and the experiment goes on;
-    an exception leaves the partial file readable and propagates."""
+    an exception leaves the partial file readable and propagates. ``resume``: continue the
+    interrupted invocation whose ``out.partial`` is there — finished runs are kept, an interrupted
+    run continues from its checkpoint, the rest run as usual."""
     from .. import provenance
     from ..results import ResultsWriter
 
@@ -97,8 +99,9 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
             log(f"# experiment {name!r}: {len(runs)} run(s); set-up {time.perf_counter() - t_start:.2f} s "
                 "(data, partitions, f*, JIT)")
         try:
-            writer = ResultsWriter(out, attrs, overwrite=overwrite)
-        except FileExistsError as exc:
+            writer = ResultsWriter(out, attrs, overwrite=overwrite, resume=resume)
+            err = resume_mismatch(writer, runs, attrs, t.size) if resume else None
+        except (FileExistsError, FileNotFoundError) as exc:
             err = UserError(str(exc))
         except OSError as exc:
             err = UserError(f"cannot create results file {out}: {exc.strerror or exc}")
@@ -110,7 +113,17 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
             t.agree(writer.free_space_error(run.rp.run_id, run.estimated_bytes()) if writer is not None else None)
             run.writer = writer
             run.show_progress = progress
-            s = run.execute()
+            blob = None
+            if resume:
+                what = t.bcast_object(resume_plan(writer, run.rp.run_id) if t.is_root else None)
+                if what == "keep":
+                    log(f"[{i + 1}/{len(runs)}] {run.rp.run_id}: kept from {out}.partial")
+                    continue
+                if what == "checkpoint":
+                    k, rows, blobs = writer.load_checkpoint(run.rp.run_id) if t.is_root else (0, 0, None)
+                    blob, run.resume_rows = t.scatter_object(blobs), rows
+                    log(f"[{i + 1}/{len(runs)}] {run.rp.run_id}: resuming from its checkpoint at iteration {k}")
+            s = run.execute(resume=blob)
             t.agree(writer.error if writer is not None else None)     # a write failure ends every rank
             if s is not None:
                 summaries.append(s)
@@ -124,6 +137,45 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
     path = writer.close(complete=True) if writer is not None else None
     t.agree(writer.error if writer is not None else None)
     return path, summaries
+
+
+def resume_mismatch(writer, runs, attrs, size):
+    """Rank 0: why this invocation cannot continue the file's (None if it can)."""
+    f = writer.f
+    diffs = []
+    if int(f.attrs.get("world_size", -1)) != size:
+        diffs.append(f"{int(f.attrs.get('world_size', -1))} MPI ranks then, {size} now")
+    for key in ("hpcgc_version", "git_commit"):
+        then = f.attrs.get(key)
+        then = then.decode() if isinstance(then, bytes) else then
+        if then != attrs.get(key):
+            diffs.append(f"{key} {then} then, {attrs.get(key)} now")
+    planned = {r.rp.run_id: config.to_toml(r.rp.cfg) for r in runs}
+    for run_id, g in f["runs"].items():
+        text = g.attrs.get("config", "") if g is not None else ""
+        text = text.decode() if isinstance(text, bytes) else text
+        if run_id not in planned:
+            diffs.append(f"run {run_id} is in the file but not in this experiment")
+        elif text != planned[run_id]:
+            diffs.append(f"run {run_id} has another configuration")
+    if diffs:
+        return UserError(f"--resume: {writer.partial} was written by a different invocation: " + "; ".join(diffs[:5]))
+    return None
+
+
+def resume_plan(writer, run_id: str) -> str:
+    """Rank 0: 'keep' a finished run, continue from a 'checkpoint', or run it 'fresh' (dropping what an
+    interruption before its first checkpoint left)."""
+    state = writer.run_state(run_id)
+    if state is None:
+        return "fresh"
+    status, ck = state
+    if status in ("completed", "diverged", "stopped"):
+        return "keep"
+    if ck is not None and status != "unreadable":
+        return "checkpoint"
+    writer.drop_run(run_id)
+    return "fresh"
 
 
 def stop_on_signal(t: Transport, summaries, next_run, writer):

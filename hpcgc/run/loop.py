@@ -11,9 +11,11 @@ from ..exchange.base import DIVERGED, STOP
 from ..transport import wtime
 
 
-def iterate(alg, ex, ws, ss, x, local, rng, *, iterations: int, eval_every: int, watch) -> tuple[int, bool]:
-    """Run up to ``iterations`` iterations; returns (iterations done, diverged)."""
-    k, stop = 0, watch.evaluate(0)
+def iterate(alg, ex, ws, ss, x, local, rng, *, iterations: int, eval_every: int, watch,
+            start: int = 0) -> tuple[int, bool]:
+    """Run iterations start+1 … ``iterations`` (start > 0: resumed from a checkpoint taken at an
+    evaluation point); returns (iterations done, diverged)."""
+    k, stop = start, watch.evaluate(0) if start == 0 else False
     while not stop and k < iterations:
         t0 = wtime()
         if ws is not None:

@@ -14,6 +14,7 @@ from .. import algorithms, allocation, compressors, config, exchange
 from ..errors import ConfigError
 from ..exchange.base import CONTINUE
 from ..transport import LENGTH_BYTES, PHASES, Transport
+from .checkpoint import Policy, RunState
 from .loop import iterate
 from .observers import (
     Budgets,
@@ -160,7 +161,8 @@ class Run:
             out["accuracy"] = out["train_accuracy"]
         return out
 
-    def execute(self) -> RunSummary | None:
+    def execute(self, resume: bytes | None = None) -> RunSummary | None:
+        """Run (or, with ``resume`` = this rank's checkpoint blob, continue) this run; collective."""
         s, t, r, alg = self.s, self.t, self.r, self.alg
         root = t.is_root
         me = s.worker_ranks.index(t.rank) if t.rank in s.worker_ranks else None
@@ -180,23 +182,36 @@ class Run:
         t.barrier()
 
         clock = Clock(r["iterations"], r["per_iteration_times"])
-        outcome, ledger, observers, rw, bar = Outcome(), None, [], None, None
+        outcome, ledger, observers, rw, bar, rules, budgets, policy = Outcome(), None, [], None, None, None, None, None
         if root:
             ledger = Ledger(s.n_workers)
             budgets = Budgets(r, ledger, outcome)
             x0_dist = float(np.sum((x - s.opt.x) ** 2)) if s.opt is not None else 0.0
-            rw = self.writer.begin_run(self.rp.run_id, self._attrs(), s.n_workers, t.size) if self.writer else None
             bar = ProgressLine(self.rp.run_id, r["iterations"], self.show_progress, crossed, ledger)
-            observers = [Recorder(self.writer, rw, outcome), StopRules(r, s.opt is not None, outcome,
-                                                 None if ex.carries_control else budgets), bar]
+            rules = StopRules(r, s.opt is not None, outcome, None if ex.carries_control else budgets)
+            policy = Policy(r["checkpoint_every"], outcome)
 
             def on_step():
                 ledger.account(ex)
                 return budgets.check() if ex.carries_control else CONTINUE
             ex.on_step = on_step
-        watch = Watch(t, clock, ledger, lambda: self._metrics(x, x0_dist), observers)
+        state = RunState(t, x, ws, ss, ex, (self.rng, self.shared_rng), clock, ledger, rules, budgets)
+        start = state.restore(resume) if resume is not None else 0
+        if root and self.writer is not None:
+            rw = (self.writer.resume_run(self.rp.run_id, self.resume_rows) if resume is not None else
+                  self.writer.begin_run(self.rp.run_id, self._attrs(), s.n_workers, t.size))
+        if root:
+            observers = [Recorder(self.writer, rw, outcome), rules, bar]
+
+        def checkpoint(k):                      # collective: every rank's state to rank 0, into the file
+            blobs = t.gather_object(state.capture(k, rw.rows if rw is not None else 0))
+            if rw is not None:
+                rw.save_checkpoint(k, blobs)
+                policy.taken(k)
+        watch = Watch(t, clock, ledger, lambda: self._metrics(x, x0_dist), observers,
+                      checkpoint=(policy, checkpoint))
         done, blew_up = iterate(alg, ex, ws, ss, x, s.local, self.rng, iterations=r["iterations"],
-                                eval_every=r["eval_every"], watch=watch)
+                                eval_every=r["eval_every"], watch=watch, start=start)
         self.x_final = x                # every rank's own copy (identical under allreduce/allgather)
         if blew_up:
             outcome.end("diverged", f"non-finite or exploding iterate at iteration {done}")

@@ -19,6 +19,7 @@ from ..models import MODEL_KINDS, ClassifierProblem, Model
 from ..problems import KINDS as LINEAR_KINDS
 from ..problems import Objective, cached_reference
 from ..transport import Transport
+from .checkpoint import parse_every
 
 PROBLEM_KINDS = LINEAR_KINDS + MODEL_KINDS
 PER_ITERATION_BYTES = 6 * 8            # one float64 per phase per iteration (run.per_iteration_times)
@@ -56,6 +57,7 @@ def plan(cfg: dict) -> list[RunPlan]:
             from ..algorithms.diana import biased_refusal
             raise ConfigError(biased_refusal(r["algorithm"], comp.spec))
         check_collective(r, alg_cls, comp)
+        parse_every(r["checkpoint_every"])
         if getattr(comp, "matrices_only", False):
             check_matrices(rc, comp)
         if r["per_iteration_times"] and r["iterations"] * PER_ITERATION_BYTES > PER_ITERATION_LIMIT:

@@ -44,6 +44,7 @@ class StopRequest:
         for s, h in self._previous.items():
             signal.signal(s, h)
         self._previous.clear()
+        self.signum = 0
 
     def _handle(self, signum, frame):
         if self.signum and signum == signal.SIGINT:        # the second Ctrl-C: no more patience

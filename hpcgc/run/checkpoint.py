@@ -1,0 +1,122 @@
+"""Checkpoints: the whole state of a run at an evaluation point, so that ``--resume`` continues an
+interrupted invocation with the iterates and bits it would have had uninterrupted.
+
+What is saved, per rank (a pickled dict; ``docs/results.md`` "Checkpoints"):
+
+* the iterate x, the worker state and the server state (every numpy array of the algorithm's
+  state dataclasses: DIANA's shifts h_i and h, momentum v, error-feedback memory e_i, local copies…),
+* the exchange's persistent state (PowerSGD's warm-start Q),
+* every random stream (the rank's generator and the shared one, as ``bit_generator.state``),
+* the rank's phase timers, per-iteration timings so far and MPI byte ledger;
+
+and on rank 0 also the bit ledger, the stop rules' reference value, the elapsed wall time of the
+run (for ``run.max_seconds``) and the number of result rows written. Everything the set-up
+recomputes deterministically (data shards, smoothness matrices, the allocation, the one-time
+upload, step sizes) is recomputed on resume, not stored.
+
+Checkpoints are taken at evaluation points: every ``run.checkpoint_every`` iterations (an integer)
+or seconds (a string such as ``"600s"``; ``0`` = never), and always when a stop signal ends a run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+
+import numpy as np
+
+from ..errors import ConfigError
+
+
+def parse_every(value) -> tuple[str, float]:
+    """``run.checkpoint_every`` → ("iterations", n), ("seconds", s) or ("never", 0)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"run.checkpoint_every must be a number of iterations or e.g. '600s', got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ConfigError(f"run.checkpoint_every must be >= 0, got {value}")
+        return ("iterations", value) if value else ("never", 0)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(s|sec|seconds|m|min|h)\s*", str(value))
+    if not m:
+        raise ConfigError(f"run.checkpoint_every must be an integer (iterations) or a duration such as '600s', "
+                          f"'10min', '1h'; got {value!r}")
+    seconds = float(m.group(1)) * {"s": 1, "sec": 1, "seconds": 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
+    return ("seconds", seconds) if seconds > 0 else ("never", 0)
+
+
+class Policy:
+    """Rank 0: is a checkpoint due at evaluation point k?"""
+
+    def __init__(self, every, outcome):
+        self.kind, self.amount = parse_every(every)
+        self.outcome = outcome
+        self.last_k, self.last_t = 0, time.monotonic()
+
+    def due(self, k: int) -> bool:
+        if self.outcome.status == "interrupted":
+            return True
+        if self.kind == "iterations":
+            return k - self.last_k >= self.amount
+        if self.kind == "seconds":
+            return time.monotonic() - self.last_t >= self.amount
+        return False
+
+    def taken(self, k: int):
+        self.last_k, self.last_t = k, time.monotonic()
+
+
+def arrays_of(state) -> dict:
+    """Every numpy array field of a state dataclass (None → {})."""
+    if state is None:
+        return {}
+    return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)
+            if isinstance(getattr(state, f.name), np.ndarray)}
+
+
+def restore_arrays(state, saved: dict) -> None:
+    for name, value in saved.items():
+        np.copyto(getattr(state, name), value)
+
+
+class RunState:
+    """References to everything that changes while a run iterates, on one rank: ``capture`` packs it
+    (collective-free), ``restore`` puts a packed state back into the freshly set-up objects."""
+
+    def __init__(self, transport, x, ws, ss, ex, rngs, clock, ledger=None, stop_rules=None, budgets=None):
+        self.t, self.x, self.ws, self.ss, self.ex, self.rngs = transport, x, ws, ss, ex, rngs
+        self.clock, self.ledger, self.stop_rules, self.budgets = clock, ledger, stop_rules, budgets
+
+    def capture(self, k: int, rows: int) -> bytes:
+        import pickle
+        pi = self.clock.per_iteration
+        st = {"iteration": k, "x": self.x.copy(), "ws": arrays_of(self.ws), "ss": arrays_of(self.ss),
+              "exchange": self.ex.state(), "rngs": [g.bit_generator.state for g in self.rngs],
+              "totals": self.clock.totals.copy(), "per_iteration": None if pi is None else pi[:k].copy(),
+              "mpi_ledger": self.t.ledger.copy()}
+        if self.ledger is not None:                 # rank 0
+            st["root"] = {"model": self.ledger.model.copy(), "wire": self.ledger.wire.copy(),
+                          "down": self.ledger.down, "start": self.stop_rules.start, "rows": rows,
+                          "elapsed": time.monotonic() - self.budgets.t0}
+        return pickle.dumps(st, protocol=5)
+
+    def restore(self, blob: bytes) -> int:
+        """Put the state back; returns the iteration it was taken at."""
+        import pickle
+        st = pickle.loads(blob)
+        self.x[:] = st["x"]
+        restore_arrays(self.ws, st["ws"])
+        restore_arrays(self.ss, st["ss"])
+        self.ex.restore(st["exchange"])
+        for g, s in zip(self.rngs, st["rngs"]):
+            g.bit_generator.state = s
+        k = st["iteration"]
+        self.clock.totals[:] = st["totals"]
+        if self.clock.per_iteration is not None and st["per_iteration"] is not None:
+            self.clock.per_iteration[:k] = st["per_iteration"]
+        self.t.ledger[:] = st["mpi_ledger"]
+        if self.ledger is not None:
+            root = st["root"]
+            self.ledger.model[:], self.ledger.wire[:], self.ledger.down = root["model"], root["wire"], root["down"]
+            self.stop_rules.start = root["start"]
+            self.budgets.t0 = time.monotonic() - root["elapsed"]
+        return k
