@@ -131,9 +131,9 @@ class ResultsWriter:
                                   "is another invocation writing it?") from exc
         self.error = None
         self.f.attrs["resumed"] = self.f.attrs.get("resumed", 0) + 1
-        for k in ("created", "command_line"):
-            if k in attrs:
-                self.f.attrs[f"resumed_{k}"] = _attr(attrs[k])
+        for k, v in attrs.items():       # the provenance of the resuming invocation beside the original's
+            if k in ("created", "command_line") or k.startswith("slurm_"):
+                self.f.attrs[f"resumed_{k}"] = _attr(v)
 
     def run_state(self, run_id: str):
         """(status, checkpoint iteration or None) of a run already in the file, or None if absent."""

@@ -9,7 +9,10 @@
 #   the limit, another partition, ... (the rank count should stay as it was, for comparable runs)
 # Tasks of this sweep that are still pending or running (squeue) are left alone. The resubmission
 # uses the same experiment, --set options, chunking and sbatch settings as the original
-# submission (recorded in RESULTS_DIR/sweep.env); its job id is appended there.
+# submission (recorded in RESULTS_DIR/sweep.env); its job id is appended there. A task that left a
+# .partial file continues it (hpcgc --resume: finished runs kept, an interrupted run from its
+# checkpoint, identical iterates); export HPCGC_RESTART=1 (e.g. --export=ALL,HPCGC_RESTART=1) to
+# start such tasks over instead, e.g. after changing the code (a resume refuses another version).
 # Exit status: 0 nothing to do or resubmitted; 2 bad usage; 4 sbatch failed.
 set -euo pipefail
 trap 'echo "hpcgc: error: ${BASH_SOURCE[0]}:$LINENO: command failed (status $?)" >&2' ERR

@@ -171,10 +171,12 @@ def test_array_kill_and_resubmit_failed(cluster, tmp_path):
     jid2 = re.search(r"submitted array job (\d+)", p.stdout).group(1)
     wait_gone(jid2)
     assert job_states(jid2) == [("COMPLETED", "0:0")] * 2, _slurm("scontrol", "show", "job", jid2)
-    for i in (1, 2):
-        res = results.load(out / f"task-{i}.h5")
-        assert res.complete and res.attrs["slurm_array_job_id"] == jid2 and res.attrs["slurm_array_task_id"] == str(i)
-    assert results.load(out / "task-2.h5")[0].status == "stopped"       # the wall-time budget ended it
+    res = results.load(out / "task-1.h5")                               # no file left: run again
+    assert res.complete and res.attrs["slurm_array_job_id"] == jid2 and res.attrs["slurm_array_task_id"] == "1"
+    res = results.load(out / "task-2.h5")                               # its .partial: resumed (--resume)
+    assert res.complete and res.attrs["resumed"] == 1 and res.attrs["slurm_array_job_id"] == jid
+    assert res.attrs["resumed_slurm_array_job_id"] == jid2 and res.attrs["resumed_slurm_array_task_id"] == "2"
+    assert res[0].status == "stopped"                                   # the wall-time budget ended it
     assert not partial.exists()
     p = subprocess.run([str(JOBS / "resubmit-failed.sh"), str(out)], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=120)
