@@ -37,6 +37,7 @@ from .errors import UserError
 SCHEMA_VERSION = 1
 FLUSH_SECONDS = 2.0
 PARTIAL_SUFFIX = ".partial"
+CHECKPOINT_SUFFIX = ".checkpoint"     # a directory beside the results file: one <run_id>.h5 per interrupted run
 
 SCALAR_SERIES = ("iteration", "loss", "suboptimality", "dist_to_opt", "grad_norm_sq", "accuracy", "train_accuracy",
                  "test_loss", "bits_down_wire")
@@ -48,7 +49,7 @@ LEDGER = ("Gather", "Gatherv", "Bcast", "Allgather", "Allgatherv", "Allreduce") 
 def refuse_existing(path) -> None:
     """FileExistsError if a results file or its ``.partial`` is at ``path`` (no silent overwrite)."""
     path = Path(path)
-    for p in (path, path.with_name(path.name + PARTIAL_SUFFIX)):
+    for p in (path, path.with_name(path.name + PARTIAL_SUFFIX), path.with_name(path.name + CHECKPOINT_SUFFIX)):
         if p.exists():
             raise FileExistsError(f"{p} exists; choose another -o, or pass --overwrite to replace it")
 
@@ -98,6 +99,7 @@ class ResultsWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.partial = self.path.with_name(self.path.name + PARTIAL_SUFFIX)
+        self.checkpoints = self.path.with_name(self.path.name + CHECKPOINT_SUFFIX)
         if resume:
             self._reopen(attrs)
             return
@@ -111,6 +113,8 @@ class ResultsWriter:
             if "lock" in str(exc).lower() or "exist" in str(exc).lower():
                 raise FileExistsError(f"{self.partial} is being written by another invocation") from exc
             raise
+        if overwrite:                            # this invocation owns the path now: no stale checkpoints
+            shutil.rmtree(self.checkpoints, ignore_errors=True)
         self.error = None
         self.f.attrs["schema_version"] = SCHEMA_VERSION
         for k, v in attrs.items():
@@ -142,17 +146,20 @@ class ResultsWriter:
         g = self.f["runs"][run_id]
         if g is None:
             return ("unreadable", None)
-        ck = g.get("checkpoint")
-        return (_py(g.attrs.get("status", "")), int(ck.attrs["iteration"]) if ck is not None else None)
+        ck = self.checkpoints / f"{run_id}.h5"
+        if not ck.exists():
+            return (_py(g.attrs.get("status", "")), None)
+        with h5py.File(ck, "r") as f:
+            return (_py(g.attrs.get("status", "")), int(f.attrs["iteration"]))
 
     def drop_run(self, run_id: str):
         del self.f["runs"][run_id]
 
     def load_checkpoint(self, run_id: str):
         """(iteration, rows, [per-rank blobs]) of the run's checkpoint."""
-        ck = self.f["runs"][run_id]["checkpoint"]
-        blobs = [ck[f"rank_{r}"][()].tobytes() for r in range(int(ck.attrs["ranks"]))]
-        return int(ck.attrs["iteration"]), int(ck.attrs["rows"]), blobs
+        with h5py.File(self.checkpoints / f"{run_id}.h5", "r") as f:
+            blobs = [f[f"rank_{r}"][()].tobytes() for r in range(int(f.attrs["ranks"]))]
+            return int(f.attrs["iteration"]), int(f.attrs["rows"]), blobs
 
     @guarded
     def resume_run(self, run_id: str, rows: int) -> "RunWriter":
@@ -183,6 +190,7 @@ class ResultsWriter:
                 pass
         if complete and self.error is None:
             os.replace(self.partial, self.path)
+            shutil.rmtree(self.checkpoints, ignore_errors=True)
             return self.path
         return self.partial
 
@@ -192,6 +200,7 @@ class RunWriter:
                  rows: int | None = None):
         self.parent = parent
         self.g = g
+        self.run_id = g.name.rsplit("/", 1)[-1]
         self._last_flush = time.monotonic()
         if rows is not None:            # resuming: the series as they were at the checkpoint
             self.rows = rows
@@ -221,17 +230,20 @@ class RunWriter:
 
     @guarded
     def save_checkpoint(self, iteration: int, blobs: list):
-        """The run's state at ``iteration`` (one pickled blob per rank), overwritten in place."""
-        ck = self.g.require_group("checkpoint")
-        for r, blob in enumerate(blobs):
-            data = np.frombuffer(blob, dtype=np.uint8)
-            name = f"rank_{r}"
-            if name not in ck:
-                ck.create_dataset(name, shape=(0,), maxshape=(None,), dtype=np.uint8, chunks=(1 << 16,))
-            ck[name].resize((data.size,))
-            ck[name][:] = data
-        ck.attrs.update(iteration=iteration, rows=self.rows, ranks=len(blobs), format="pickle-5 dict per rank")
-        self.parent.f.flush()
+        """The run's state at ``iteration`` (one pickled blob per rank) into
+        ``<results>.checkpoint/<run_id>.h5``, written beside and renamed over the previous one (a
+        crash while writing leaves the previous checkpoint intact)."""
+        self.parent.f.flush()                    # the rows the checkpoint refers to are on disk first
+        d = self.parent.checkpoints
+        d.mkdir(exist_ok=True)
+        final = d / f"{self.run_id}.h5"
+        tmp = final.with_name(final.name + ".tmp")
+        with h5py.File(tmp, "w") as f:
+            for r, blob in enumerate(blobs):
+                f.create_dataset(f"rank_{r}", data=np.frombuffer(blob, dtype=np.uint8))
+            f.attrs.update(iteration=iteration, rows=self.rows, ranks=len(blobs), run_id=self.run_id,
+                           format="one pickled dict per rank (hpcgc.run.checkpoint.RunState)")
+        os.replace(tmp, final)
 
     @guarded
     def set_attrs(self, attrs: dict):
@@ -281,9 +293,9 @@ class RunWriter:
             self.g.create_dataset(k, data=np.asarray(v))
         self.g.attrs["status"] = status
         self.g.attrs["stop_reason"] = stop_reason
-        if status != "interrupted" and "checkpoint" in self.g:      # only an interrupted run resumes
-            del self.g["checkpoint"]
         self.parent.f.flush()
+        if status != "interrupted":              # only an interrupted run resumes
+            (self.parent.checkpoints / f"{self.run_id}.h5").unlink(missing_ok=True)
 
 
 def _attr(v):
