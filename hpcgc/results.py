@@ -340,18 +340,21 @@ class Results(list):
     unreadable: list          # run ids whose data a failure cut off (the file's other runs are intact)
 
 
+def _open_for_reading(path: Path, what: str) -> h5py.File:
+    try:
+        return h5py.File(path, "r", locking=False)     # a running job holds its .partial open: read it anyway
+    except FileNotFoundError:
+        raise ResultsFormatError(f"{what} not found: {path}") from None
+    except OSError as exc:
+        raise ResultsFormatError(f"{path}: not a readable HDF5 file ({exc})") from None
+
+
 def load(path) -> Results:
     """Read a results file (also an unfinished ``.partial`` one) into memory."""
     from .config import tomllib
 
     path = Path(path)
-    try:
-        f = h5py.File(path, "r", locking=False)     # a running job holds its .partial open: read it anyway
-    except FileNotFoundError:
-        raise ResultsFormatError(f"results file not found: {path}") from None
-    except OSError as exc:
-        raise ResultsFormatError(f"{path}: not a readable HDF5 file ({exc})") from None
-    with f:
+    with _open_for_reading(path, "results file") as f:
         version = f.attrs.get("schema_version")
         if version is None or "runs" not in f:
             raise ResultsFormatError(f"{path}: not an hpcgc results file (no schema_version / runs)")
@@ -471,13 +474,7 @@ def load_collectives(path) -> CollectivesResults:
     """Read a file of ``python -m hpcgc.bench collectives``: ``res["gather"].avg``, ``.alpha``, ...;
     ``res.attrs`` holds the provenance (MPI library, hosts, ranks, command line)."""
     path = Path(path)
-    try:
-        f = h5py.File(path, "r", locking=False)     # a running job holds its .partial open: read it anyway
-    except FileNotFoundError:
-        raise ResultsFormatError(f"collectives file not found: {path}") from None
-    except OSError as exc:
-        raise ResultsFormatError(f"{path}: not a readable HDF5 file ({exc})") from None
-    with f:
+    with _open_for_reading(path, "collectives file") as f:
         if _py(f.attrs.get("schema")) != COLLECTIVES_SCHEMA:
             raise ResultsFormatError(f"{path}: not an hpcgc collectives file (schema attribute is not "
                                      f"{COLLECTIVES_SCHEMA!r})")
