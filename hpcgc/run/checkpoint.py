@@ -120,3 +120,24 @@ class RunState:
             self.stop_rules.start = root["start"]
             self.budgets.t0 = time.monotonic() - root["elapsed"]
         return k
+
+
+class Checkpointer:
+    """The collective save at an evaluation point: every rank's packed state to rank 0, which writes
+    it beside the results file (``RunWriter.save_checkpoint``); rank 0's ``policy`` says when."""
+
+    def __init__(self, transport, state: RunState, policy: Policy | None, writer):
+        self.t, self.state, self.policy, self.w = transport, state, policy, writer
+        self.cost = {"checkpoints": 0, "checkpoint_seconds": 0.0, "checkpoint_bytes": 0}
+
+    def due(self, k: int) -> bool:
+        return self.policy is not None and self.policy.due(k)
+
+    def __call__(self, k: int):
+        t0 = time.perf_counter()
+        blobs = self.t.gather_object(self.state.capture(k, self.w.rows if self.w is not None else 0))
+        if self.w is not None:
+            self.w.save_checkpoint(k, blobs)
+            self.policy.taken(k)
+            self.cost.update(checkpoints=self.cost["checkpoints"] + 1, checkpoint_bytes=sum(len(b) for b in blobs),
+                             checkpoint_seconds=self.cost["checkpoint_seconds"] + time.perf_counter() - t0)

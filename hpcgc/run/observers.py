@@ -146,7 +146,7 @@ class Watch:
     def __init__(self, transport, clock: Clock, ledger: Ledger | None, metrics, observers, checkpoint=None):
         self.t, self.clock, self.ledger = transport, clock, ledger
         self.metrics, self.observers = metrics, observers
-        self.checkpoint = checkpoint          # (rank 0's policy, collective save(k)) or None
+        self.checkpoint = checkpoint          # a checkpoint.Checkpointer (due(k) on rank 0; call = collective save)
         self.ctrl = np.zeros(2)               # stop decision, checkpoint now
         self.last_row = {}
 
@@ -167,8 +167,8 @@ class Watch:
             self.last_row = row
             votes = [o.evaluate(k, row) for o in self.observers if hasattr(o, "evaluate")]
             self.ctrl[0] = max(votes, default=CONTINUE)
-            self.ctrl[1] = self.checkpoint is not None and k > 0 and self.checkpoint[0].due(k)
+            self.ctrl[1] = self.checkpoint is not None and k > 0 and self.checkpoint.due(k)
         t.bcast_control(self.ctrl)
         if self.ctrl[1]:
-            self.checkpoint[1](k)
+            self.checkpoint(k)
         return self.ctrl[0] != CONTINUE

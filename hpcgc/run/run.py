@@ -6,7 +6,6 @@ computed on rank 0 only, on the global objective, outside the timed phases.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,7 +14,7 @@ from .. import algorithms, allocation, compressors, config, exchange
 from ..errors import ConfigError
 from ..exchange.base import CONTINUE
 from ..transport import LENGTH_BYTES, PHASES, Transport
-from .checkpoint import Policy, RunState
+from .checkpoint import Checkpointer, Policy, RunState
 from .loop import iterate
 from .observers import (
     Budgets,
@@ -204,21 +203,11 @@ class Run:
         if root:
             observers = [Recorder(self.writer, rw, outcome), rules, bar]
 
-        cost = {"checkpoints": 0, "checkpoint_seconds": 0.0, "checkpoint_bytes": 0}
-
-        def checkpoint(k):                      # collective: every rank's state to rank 0, into the file
-            t0 = time.perf_counter()
-            blobs = t.gather_object(state.capture(k, rw.rows if rw is not None else 0))
-            if rw is not None:
-                rw.save_checkpoint(k, blobs)
-                policy.taken(k)
-                cost.update(checkpoints=cost["checkpoints"] + 1, checkpoint_bytes=sum(len(b) for b in blobs),
-                            checkpoint_seconds=cost["checkpoint_seconds"] + time.perf_counter() - t0)
-        watch = Watch(t, clock, ledger, lambda: self._metrics(x, x0_dist), observers,
-                      checkpoint=(policy, checkpoint))
+        saver = Checkpointer(t, state, policy, rw)
+        watch = Watch(t, clock, ledger, lambda: self._metrics(x, x0_dist), observers, checkpoint=saver)
         done, blew_up = iterate(alg, ex, ws, ss, x, s.local, self.rng, iterations=r["iterations"],
                                 eval_every=r["eval_every"], watch=watch, start=start)
-        self.checkpoint_cost = cost
+        self.checkpoint_cost = saver.cost
         self.x_final = x                # every rank's own copy (identical under allreduce/allgather)
         if blew_up:
             outcome.end("diverged", f"non-finite or exploding iterate at iteration {done}")
