@@ -13,8 +13,8 @@ import h5py
 import numpy as np
 import pytest
 
-from analysis import projection as proj
-from analysis import report
+from hpcgc.analysis import projection as proj
+from hpcgc.analysis import report
 from hpcgc import results
 from tests.conftest import ROOT, mpi_env, run_mpi
 
