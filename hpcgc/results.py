@@ -155,6 +155,8 @@ class Run:
     per_iteration: dict = field(default_factory=dict)
     x_final: np.ndarray | None = None
     mpi_bytes: dict = field(default_factory=dict)
+    path: Path | None = None                              # the file it was read from
+    file_attrs: dict = field(default_factory=dict)        # that file's root attributes (provenance)
 
     @property
     def status(self) -> str:
@@ -165,18 +167,64 @@ class Run:
 
 
 class Results(list):
-    """A list of :class:`Run` with the file-level attributes in ``.attrs``."""
+    """A list of :class:`Run` with the file-level attributes in ``.attrs``.
+
+    ``to_frame()``, ``runs_frame()`` and ``phases_frame()`` give the same values as pandas frames
+    (:mod:`hpcgc.frames`; pandas comes with the ``analysis`` extra)."""
 
     attrs: dict
     path: Path
     complete: bool
+    files: list
+
+    def to_frame(self, workers: bool = False):
+        """One row per run × recorded iteration (``workers=True``: × rank), run attributes as columns."""
+        from .frames import to_frame
+        return to_frame(self, workers=workers)
+
+    def runs_frame(self):
+        """One row per run: its attributes, status and final values."""
+        from .frames import runs_frame
+        return runs_frame(self)
+
+    def phases_frame(self):
+        """One row per run × rank × phase: cumulative seconds and ms per iteration at the last row."""
+        from .frames import phases_frame
+        return phases_frame(self)
+
+
+def find_files(path) -> list[Path]:
+    """The results files in a directory (recursively, natural order), a finished ``x.h5``
+    superseding a ``x.h5.partial`` beside it."""
+    import re
+    key = lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p))]  # noqa: E731
+    found = sorted({*Path(path).rglob("*.h5"), *Path(path).rglob("*.h5.partial")}, key=key)
+    names = {str(f) for f in found}
+    return [f for f in found if not (f.name.endswith(PARTIAL_SUFFIX) and str(f)[: -len(PARTIAL_SUFFIX)] in names)]
 
 
 def load(path) -> Results:
-    """Read a results file (also an unfinished ``.partial`` one) into memory."""
+    """Read a results file (also an unfinished ``.partial`` one) into memory; a directory: every
+    results file in it (recursively), their runs in one :class:`Results` (``.files``; each run's
+    ``.path`` and ``.file_attrs`` say where it came from; ``.attrs`` is then empty)."""
+    path = Path(path)
+    if path.is_dir():
+        files = find_files(path)
+        if not files:
+            raise ResultsFormatError(f"{path}: no results files (*.h5, *.h5.partial) in this directory")
+        out = Results()
+        out.attrs, out.path, out.files = {}, path, files
+        parts = [_load_file(f) for f in files]
+        out.complete = all(p.complete for p in parts)
+        for p in parts:
+            out.extend(p)
+        return out
+    return _load_file(path)
+
+
+def _load_file(path: Path) -> Results:
     from .config import tomllib
 
-    path = Path(path)
     try:
         f = h5py.File(path, "r")
     except FileNotFoundError:
@@ -193,6 +241,7 @@ def load(path) -> Results:
         out = Results()
         out.attrs = {k: _py(v) for k, v in f.attrs.items()}
         out.path = path
+        out.files = [path]
         out.complete = bool(out.attrs.get("complete", False))
         for run_id, g in f["runs"].items():
             attrs = {k: _py(v) for k, v in g.attrs.items()}
@@ -207,7 +256,7 @@ def load(path) -> Results:
             per_it = {k: v[()] for k, v in g["per_iteration"].items()} if "per_iteration" in g else {}
             x_final = g["x_final"][()] if "x_final" in g else None
             sent = {k: v[()] for k, v in g["mpi_bytes"].items()} if "mpi_bytes" in g else {}
-            out.append(Run(run_id, attrs, config, series, times, workers, per_it, x_final, sent))
+            out.append(Run(run_id, attrs, config, series, times, workers, per_it, x_final, sent, path, out.attrs))
         return out
 
 
