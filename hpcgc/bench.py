@@ -40,15 +40,18 @@ f - f*, bits per worker in two ledgers - model bits and wire bytes - and per-ran
 go to one HDF5 file written by rank 0."""
 
 EPILOG = """\
-commands:
+commands (each has --help, e.g. `hpcgc report --help`):
   run       (default) run an experiment: the built-in default, or --config FILE.toml
   list      list compressors, algorithms, allocations, data sets and partitions
-  validate  check an experiment file (every grid point) and print the plan, without running
-  micro     compressor micro-benchmark (throughput vs memory bandwidth, bits, omega):
-            python -m hpcgc.bench micro --help
+  validate  check an experiment file (every grid point) without reading any data: every problem
+            found, one line each (exit 2); if none, set up the data and print the plan
+  micro     compressor micro-benchmark (throughput vs memory bandwidth, bits, omega)
   collectives  OSU-style sweep of the MPI collectives hpcgc uses (Gather+Gatherv, Bcast, Allreduce,
             Allgatherv), 4 B .. 256 MiB per rank, with fitted latency alpha and inverse bandwidth beta:
-            mpiexec -n 4 python -m hpcgc.bench collectives --help   (docs/collectives.md)
+            mpiexec -n 4 hpcgc collectives   (docs/collectives.md)
+  report    figures, tables and a self-contained report.html from results files (docs/analysis.md;
+            needs the analysis extra: pip install "hpcgc[analysis]")
+  project   the projected time-to-epsilon on other networks (docs/projection.md)
 
 experiment keys (--set section.key=value; values are TOML literals, else strings):
 {keys}
@@ -64,9 +67,32 @@ exit status: 0 success; 2 invalid input (config, data), reported as one line on 
 Docs: README.md, docs/ (results schema, methods, data, compressors)."""
 
 
+def prog() -> str:
+    """``hpcgc`` when started as the console script, else ``python -m hpcgc.bench``."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return name if name in ("hpcgc", "hpcgc-bench") else "python -m hpcgc.bench"
+
+
+def version_string() -> str:
+    """``hpcgc 0.1.0 (git 1a2b3c4d5e)``; ``+dirty`` for uncommitted changes, ``unknown`` outside a clone."""
+    from .provenance import _git
+    commit = _git("rev-parse", "HEAD")
+    dirty = "+dirty" if commit and _git("status", "--porcelain", "--untracked-files=no") else ""
+    return f"hpcgc {__version__} (git {commit[:10] + dirty if commit else 'unknown'})"
+
+
+class _Version(argparse.Action):
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_string())
+        parser.exit()
+
+
 def build_parser():
     from .config import schema_help
-    p = argparse.ArgumentParser(prog="python -m hpcgc.bench", description=DESCRIPTION,
+    p = argparse.ArgumentParser(prog=prog(), description=DESCRIPTION,
                                 epilog=EPILOG.format(keys=schema_help()),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("command", nargs="?", default="run", choices=("run", "list", "validate"),
@@ -78,7 +104,7 @@ def build_parser():
     p.add_argument("--grid-index", metavar="I", help="run only these grid points: I, I,J or I-J (0-based; "
                    "e.g. $SLURM_ARRAY_TASK_ID); `validate` prints the grid size")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the final table")
-    p.add_argument("--version", action="version", version=f"hpcgc {__version__}")
+    p.add_argument("--version", action=_Version, help="print the version and git commit, then exit")
     return p
 
 
@@ -141,13 +167,20 @@ def summary_table(summaries) -> str:
 
 def cmd_run(args, argv, validate_only=False) -> int:
     from . import config
+    from .errors import ConfigError
     from .run import execute, prepare
+    from .run.setup import check
     from .transport import Transport
 
+    cfg = _load_config(args)               # identical on every rank: a bad file fails everywhere alike
+    out = Path(args.out) if args.out else default_out(cfg["name"])
+    # every problem that can be known without data, at once, before any data set is read (same on every rank)
+    problems = check(cfg, None if validate_only else out)
+    if problems:
+        raise ConfigError("\n".join(problems))
     t = Transport()
     say = print if t.is_root else (lambda *a, **k: None)
     log = (lambda *a: None) if args.quiet else say
-    cfg = _load_config(args)               # identical on every rank: a bad file fails everywhere alike
     t0 = time.perf_counter()
     runs = prepare(cfg, t, select=args.grid_index)
     if validate_only:
@@ -161,12 +194,17 @@ def cmd_run(args, argv, validate_only=False) -> int:
                 f"collective={rc['run']['collective']} "
                 f"l2={rc['problem']['l2']:g}  d={r.s.d} n={r.s.n_workers}  {params}  iterations={rc['run']['iterations']}")
         return 0
-    out = Path(args.out) if args.out else default_out(cfg["name"])
     path, summaries = execute(runs, t, out, argv, log=log, t_start=t0, name=cfg["name"], progress=not args.quiet)
     if t.is_root:
         say(summary_table(summaries))
         say(f"# results: {path}")
     return 0
+
+
+def _print_error(exc) -> None:
+    """A user error: one ``hpcgc: error:`` line per problem."""
+    for line in str(exc).splitlines() or [""]:
+        print(f"hpcgc: error: {line}", file=sys.stderr)
 
 
 def _mpi_command(fn) -> int:
@@ -179,7 +217,7 @@ def _mpi_command(fn) -> int:
         return fn()
     except UserError as exc:
         if rank == 0:
-            print(f"hpcgc: error: {exc}", file=sys.stderr)
+            _print_error(exc)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -193,14 +231,28 @@ def _mpi_command(fn) -> int:
         return 1
 
 
+def _analysis_command(module: str, argv) -> int:
+    """``report`` / ``project``: the analysis commands (need the analysis extra: matplotlib, pandas)."""
+    import importlib
+    try:
+        mod = importlib.import_module(f"hpcgc.analysis.{module}")
+    except ImportError as exc:
+        print(f"hpcgc: error: {module} needs the analysis extra ({exc}); pip install \"hpcgc[analysis]\"",
+              file=sys.stderr)
+        return 2
+    return mod.main(argv)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["report"], ["project"]):
+        return _analysis_command(argv[0], argv[1:])
     if argv[:1] == ["micro"]:             # the compressor micro-benchmark has its own options
         from . import micro
         try:
             return micro.main(argv[1:])
         except UserError as exc:
-            print(f"hpcgc: error: {exc}", file=sys.stderr)
+            _print_error(exc)
             return 2
     if argv[:1] == ["collectives"]:       # the MPI collectives benchmark has its own options
         from . import collectives
@@ -215,7 +267,7 @@ def main(argv=None) -> int:
         return cmd_run(args, argv, validate_only=args.command == "validate")
     except UserError as exc:
         if rank == 0:
-            print(f"hpcgc: error: {exc}", file=sys.stderr)
+            _print_error(exc)
         return 2
     except KeyboardInterrupt:
         return 130

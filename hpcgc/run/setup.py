@@ -30,36 +30,110 @@ class RunPlan:
     cfg: dict
 
 
-def plan(cfg: dict) -> list[RunPlan]:
-    """Expand the sweep and check every grid point's names and parameters (cheap, no data)."""
+def check(cfg: dict, out=None) -> list[str]:
+    """Every problem that can be found without reading data, one message each (empty: valid).
+
+    The one place the checks live: ``validate`` prints them, every run calls this (through
+    :func:`plan`) before any data set is read or any optimum solved. Per grid point: names and
+    parameters of the algorithm, compressor, allocation, problem; algorithm × compressor (biased /
+    unbiased), × problem kind, × collective, × server mode; parameter ranges; the data set exists (a
+    file is not opened) and the partition scheme parses. ``out``: the results file must be creatable.
+    A problem shared by several grid points is reported once.
+    """
+    problems: list[str] = []
+
+    def note(exc):
+        for line in str(exc).splitlines():
+            if line not in problems:
+                problems.append(line)
+
+    for rc in config.expand(cfg):
+        r = rc["run"]
+        alg_cls = comp = None
+        try:
+            alg_cls = algorithms.get(r["algorithm"])
+        except UserError as exc:
+            note(exc)
+        try:
+            comp = compressors.make(r["compressor"])
+        except UserError as exc:
+            note(exc)
+        for fn in (lambda: allocation.check_name(r["allocation"]),
+                   lambda: (r["allocation"] != "uniform" or r["budget"] > 0) and r["budget_unit"] == "fraction"
+                   and allocation.check_budget(r["allocation"], r["budget"]),
+                   lambda: data.check_spec(rc["data"]["dataset"], rc["data"]["partition"]),
+                   lambda: _check_point(rc, alg_cls, comp)):
+            try:
+                fn()
+            except UserError as exc:
+                note(exc)
+    if out is not None:
+        try:
+            _check_writable(out)
+        except UserError as exc:
+            note(exc)
+    return problems
+
+
+def _check_point(rc: dict, alg_cls, comp) -> None:
+    """The checks of one grid point that need its algorithm class and compressor; raises the first
+    problem (the others of the same point usually follow from it)."""
+    r = rc["run"]
+    problems = []
+    kind = rc["problem"]["kind"]
+    if kind not in PROBLEM_KINDS:
+        problems.append(f"unknown problem.kind {kind!r}; available: {', '.join(PROBLEM_KINDS)}")
+    if not 0.0 <= r["momentum"] < 1.0:
+        problems.append(f"run.momentum must be in [0, 1), got {r['momentum']!r}")
+    if isinstance(r["alpha"], str) and r["alpha"] != "theory":
+        problems.append(f"run.alpha must be a number in (0, 1] or 'theory', got {r['alpha']!r}")
+    if alg_cls is not None and comp is not None:
+        if kind in MODEL_KINDS and not getattr(alg_cls, "takes_learning_rate", False):
+            problems.append(f"algorithm {r['algorithm']!r} uses a step size from smoothness constants, which "
+                            f"problem.kind = {kind!r} does not have; use algorithm 'local-sgd'")
+        try:
+            if allocation.kind(r["allocation"]) == "threshold" and "lam" not in comp.params:
+                problems.append(f"allocation {r['allocation']!r} sets per-worker thresholds; it needs the "
+                                f"hard-threshold compressor ('threshold:lam=...'), not {comp.spec!r}")
+        except UserError:
+            pass                                  # an unknown allocation is reported by check_name
+        if alg_cls.needs_unbiased and not comp.unbiased:
+            from ..algorithms.diana import biased_refusal
+            problems.append(biased_refusal(r["algorithm"], comp.spec))
+        for fn in (lambda: check_collective(r, alg_cls, comp),
+                   lambda: getattr(comp, "matrices_only", False) and check_matrices(rc, comp)):
+            try:
+                fn()
+            except UserError as exc:
+                problems.append(str(exc))
+    if problems:
+        raise ConfigError("\n".join(problems))
+
+
+def _check_writable(out) -> None:
+    """The results file can be created: its nearest existing parent is a writable directory."""
+    import os
+    from pathlib import Path
+    p = Path(out).expanduser().absolute()
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if p.is_dir():
+        raise ConfigError(f"results file {out} is a directory; give a file name (-o DIR/name.h5)")
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write the results file {out}: {parent} is not a writable directory")
+
+
+def plan(cfg: dict, out=None) -> list[RunPlan]:
+    """Expand the sweep and check every grid point (:func:`check`, no data); every problem at once
+    as one ConfigError of one line per problem."""
+    problems = check(cfg, out)
+    if problems:
+        raise ConfigError("\n".join(problems))
     runs = []
     for i, rc in enumerate(config.expand(cfg)):
         r = rc["run"]
-        algorithms.get(r["algorithm"])
         comp = compressors.make(r["compressor"])
-        allocation.check_name(r["allocation"])
-        if (r["allocation"] != "uniform" or r["budget"] > 0) and r["budget_unit"] == "fraction":
-            allocation.check_budget(r["allocation"], r["budget"])
-        kind = rc["problem"]["kind"]
-        if kind not in PROBLEM_KINDS:
-            raise ConfigError(f"unknown problem.kind {kind!r}; available: {', '.join(PROBLEM_KINDS)}")
-        alg_cls = algorithms.get(r["algorithm"])
-        if kind in MODEL_KINDS and not getattr(alg_cls, "takes_learning_rate", False):
-            raise ConfigError(f"algorithm {r['algorithm']!r} uses a step size from smoothness constants, which "
-                              f"problem.kind = {kind!r} does not have; use algorithm 'local-sgd'")
-        if allocation.kind(r["allocation"]) == "threshold" and "lam" not in comp.params:
-            raise ConfigError(f"allocation {r['allocation']!r} sets per-worker thresholds; it needs the hard-threshold "
-                              f"compressor ('threshold:lam=...'), not {comp.spec!r}")
-        if alg_cls.needs_unbiased and not comp.unbiased:
-            from ..algorithms.diana import biased_refusal
-            raise ConfigError(biased_refusal(r["algorithm"], comp.spec))
-        check_collective(r, alg_cls, comp)
-        if getattr(comp, "matrices_only", False):
-            check_matrices(rc, comp)
-        if not 0.0 <= r["momentum"] < 1.0:
-            raise ConfigError(f"run.momentum must be in [0, 1), got {r['momentum']!r}")
-        if isinstance(r["alpha"], str) and r["alpha"] != "theory":
-            raise ConfigError(f"run.alpha must be a number in (0, 1] or 'theory', got {r['alpha']!r}")
         tag = rc["label"] or f"{r['algorithm']}-{comp.spec}"
         if r["allocation"] != "uniform" and not rc["label"]:
             tag += f"-{r['allocation']}"
