@@ -34,20 +34,26 @@ import numpy as np
 
 from . import projection as proj
 from .tables import (  # the report's tables and inputs; re-exported for `report.collect` etc.
-    FLOOR, METHOD_COLUMNS, PHASE_LABELS, PHASES, RUN_COLUMNS, AnalysisError, Method, RunInfo,
-    _all_reach, _col, _mean_if_all, bits_per_worker, choose_baseline, collect, markdown_table,
+    FLOOR, METHOD_COLUMNS, PHASES, RUN_COLUMNS, AnalysisError, Method, RunInfo,
+    _all_reach, _col, _md_value, _mean_if_all, bits_per_worker, choose_baseline, collect, markdown_table,
     method_rows, methods, panel_slug, panel_title, projection_columns, projection_rows, run_metrics, wall,
     write_csv,
 )
 
+# Okabe & Ito (2008), "Color universal design": distinguishable with every common colour-vision deficiency
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+PHASE_COLORS = {"grad": "#56B4E9", "compress": "#009E73", "comm_up": "#E69F00", "server": "#CC79A7",
+                "comm_down": "#D55E00"}
+_RENDERED: dict = {}          # stem -> PNG bytes of every figure of the current report (for report.html)
+
+
 def _style(ms):
-    import matplotlib
-    cmap = matplotlib.colormaps["tab10"]
+    """One colour per compressor (or per variant label), one line style per algorithm."""
     use_labels = any(m.runs[0].flat.get("label") for m in ms)
     colors, styles = {}, {}
     for m in ms:
         ckey = m.label if use_labels else m.compressor
-        colors.setdefault(ckey, cmap(len(colors) % 10))
+        colors.setdefault(ckey, OKABE_ITO[len(colors) % len(OKABE_ITO)])
         styles.setdefault(m.algorithm, ("-", "--", ":", "-.")[len(styles) % 4])
         m.color = colors[ckey]
         m.linestyle = "-" if use_labels else styles[m.algorithm]
@@ -62,11 +68,15 @@ def _plt():
 
 
 def _save(fig, out: Path, stem: str, formats) -> list[Path]:
+    import io
     paths = []
     for ext in formats:
         p = out / f"{stem}.{ext}"
         fig.savefig(p, dpi=130 if ext == "png" else None)
         paths.append(p)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=130)
+    _RENDERED[stem] = buf.getvalue()
     _plt().close(fig)
     return paths
 
@@ -202,9 +212,8 @@ def fig_accuracy(ms, panel, out, formats) -> list[Path]:
         ax.set_xlabel("iterations (communication rounds)")
         ax.set_ylabel(lab)
         ax.grid(True, alpha=0.3)
-    axes[0][0].legend(fontsize=8)
     fig.suptitle(f"Accuracy — {panel_title(panel)}\n(mean over seeds, band: min–max)", fontsize=11)
-    fig.tight_layout()
+    _bottom_legend(fig, axes[0][0], len(group))
     return _save(fig, out, "accuracy" + _suffix(ms, panel), formats)
 
 
@@ -233,38 +242,74 @@ def phase_ms(ri: RunInfo) -> dict:
     return out
 
 
-def fig_phases(ms, out, formats) -> list[Path]:
-    plt = _plt()
-    rows = []
+PHASE_BAR_LABELS = {
+    "grad": "gradient",
+    "compress": "compress (and own decode)",
+    "comm_up": "comm up: Gather+Gatherv (rank 0: incl. waiting for the slowest worker)",
+    "server": "server: decode, aggregate, step",
+    "comm_down": "comm down: Bcast (workers: incl. waiting for the server step)",
+}
+
+
+def phase_bars(ms) -> list:
+    """Per method, the phase breakdown of two kinds of rank, from :meth:`phases_frame`: rank 0 and
+    the mean worker rank (ranks ≥ 1), each in ms per iteration, mean over seeds. Each bar is one
+    rank's own iteration, so its stack adds up to that rank's whole iteration (``iter``)."""
+    from hpcgc.frames import phases_frame
+    out = []
     for m in sorted(ms, key=lambda m: (m.panel[:-1] != ms[0].panel[:-1], m.ranks)):
-        per = [phase_ms(ri) for ri in m.runs]
-        per = [p for p in per if p]
-        if not per:
+        df = phases_frame([ri.run for ri in m.runs])
+        if df.empty:
             continue
-        rows.append((m, {k: float(np.mean([p.get(k, 0.0) for p in per])) for k in (*PHASES, "iter")}))
+        bars = {}
+        for who, sel in (("rank 0", df["rank"] == 0), ("workers", df["rank"] > 0)):
+            part = df[sel]
+            if part.empty:
+                continue
+            # mean over the ranks of the group within a run, then over the runs (seeds)
+            per_run = part.groupby(["run_id", "file", "phase"])["ms_per_iteration"].mean()
+            bars[who] = per_run.groupby(level="phase").mean().to_dict()
+        out.append((m, bars))
+    return out
+
+
+def fig_phases(ms, out, formats) -> list[Path]:
+    rows = phase_bars(ms)
     if not rows:
         return []
+    plt = _plt()
     multi_p = len({m.ranks for m, _ in rows}) > 1
-    fig, ax = plt.subplots(figsize=(max(7, 0.75 * len(rows) + 3), 5.5))
-    x = np.arange(len(rows))
-    bottom = np.zeros(len(rows))
-    cmap = _plt().get_cmap("Set2")
-    for j, ph in enumerate(PHASES):
-        v = np.array([r[ph] for _, r in rows])
-        ax.bar(x, v, bottom=bottom, color=cmap(j), label=PHASE_LABELS[ph], width=0.7)
-        bottom += v
-    ax.plot(x, [r["iter"] for _, r in rows], "k_", ms=22, mew=2, label="whole iteration (rank 0)")
-    ax.set_xticks(x)
-    ax.set_xticklabels([m.label + (f"\n{m.ranks} ranks" if multi_p else "") for m, _ in rows],
-                       rotation=30, ha="right", fontsize=8)
+    n = len(rows)
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.25 * n + 2.5), 6.2))
+    width = 0.38
+    xs, labels = [], []
+    for i, (m, bars) in enumerate(rows):
+        for j, who in enumerate(("rank 0", "workers")):
+            if who not in bars:
+                continue
+            x = i + (j - 0.5) * (width + 0.04)
+            bottom = 0.0
+            for ph in PHASES:
+                v = bars[who].get(ph, 0.0)
+                ax.bar(x, v, bottom=bottom, width=width, color=PHASE_COLORS[ph], edgecolor="white", lw=0.5,
+                       label=PHASE_BAR_LABELS[ph] if (i == 0 and j == 0) else None)
+                bottom += v
+            ax.text(x, bottom, "0" if who == "rank 0" else "W", ha="center", va="bottom", fontsize=8)
+        xs.append(i)
+        labels.append(m.label + (f"\n{m.ranks} ranks" if multi_p else ""))
+    ax.set_xticks(xs)
+    ax.set_xticklabels(labels, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("time per iteration [ms]")
+    ax.margins(y=0.08)
     ranks = sorted({m.ranks for m, _ in rows})
-    ax.set_title("Per-phase time per iteration (mean over iterations and seeds; grad/compress: mean over "
-                 "workers,\nserver: rank 0, comm: mean over ranks)" +
-                 ("" if multi_p else f" — {ranks[0]} ranks"), fontsize=10)
-    ax.legend(fontsize=8)
+    ax.set_title("Time per iteration by phase" + ("" if multi_p else f", {ranks[0]} ranks") +
+                 "\nbars: 0 = rank 0, W = mean worker rank (ranks ≥ 1); mean over iterations and seeds",
+                 fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
+    ax.set_axisbelow(True)
+    handles, labs = ax.get_legend_handles_labels()
+    fig.legend(handles, labs, loc="lower center", ncol=1, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 1.15 / fig.get_figheight(), 1, 1))
     return _save(fig, out, "phases", formats)
 
 
@@ -305,10 +350,9 @@ def fig_scaling(ms, per_run, out, formats) -> list[Path]:
         ax.set_xlabel("MPI ranks")
         ax.set_ylabel(yl)
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle("Scaling with the number of ranks (mean over seeds; time to ε only where every seed "
+    fig.suptitle("Scaling with the number of ranks\n(mean over seeds; time to ε only where every seed "
                  "reached ε)", fontsize=11)
-    fig.tight_layout()
+    _bottom_legend(fig, axes[0], len(groups))
     return _save(fig, out, "scaling", formats)
 
 
@@ -330,6 +374,8 @@ def fig_projection(ms, panel, out, formats, nets, gather, eps, metric) -> list[P
             _draw(ax, m, curves, log=True, label=(j == 0))
         ax.set_yscale("log")
         ax.set_xscale("log")
+        from matplotlib.ticker import NullFormatter
+        ax.xaxis.set_minor_formatter(NullFormatter())      # minor labels collide on a short log range
         ax.axhline(eps, color="0.4", lw=0.8, ls=(0, (4, 3)))
         ax.set_xlabel("wall-clock [s]" + (" (measured here)" if net is None else " (projected)"))
         ax.set_title("measured on this machine" if net is None else net.describe(), fontsize=9)
@@ -339,6 +385,100 @@ def fig_projection(ms, panel, out, formats, nets, gather, eps, metric) -> list[P
                  "broadcast, measured compute; docs/projection.md)", fontsize=11)
     _bottom_legend(fig, axes[0], len(group))
     return _save(fig, out, "projection" + _suffix(ms, panel), formats)
+
+
+# -- report.html ---------------------------------------------------------------------------------------
+HTML_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; font-size: 0.8em; margin: 0.5em 0 1.5em; display: block; overflow-x: auto; }
+th, td { border: 1px solid #ddd; padding: 0.25em 0.5em; text-align: right; white-space: nowrap; }
+th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; }
+figure { margin: 1em 0 2em; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { font-size: 0.85em; color: #555; } code { font-size: 0.9em; }
+.note { color: #8a4b00; }
+"""
+
+FIGURE_CAPTIONS = {
+    "convergence": "f(x) − f* and ‖x − x*‖²/‖x⁰ − x*‖² against model bits per worker, iterations and "
+                   "wall-clock; colour: compressor, line style: algorithm; band: min–max over seeds.",
+    "accuracy": "Accuracy against iterations; mean over seeds, band: min–max.",
+    "projection": "Convergence against the wall-clock measured here and projected onto other networks "
+                  "(α–β model, docs/projection.md).",
+    "phases": "Time per iteration by phase, for rank 0 (0) and the mean worker rank (W); each stack is "
+              "that rank's own iteration.",
+    "scaling": "Time per iteration, time to ε and uplink bytes per iteration against the rank count.",
+}
+
+
+def _esc(v) -> str:
+    import html
+    return html.escape(str(v))
+
+
+def html_table(rows, columns) -> str:
+    head = "".join(f"<th>{_esc(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{_esc(_md_value(r.get(c, '')))}</td>" for c in columns) + "</tr>"
+                   for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def provenance_rows(coll) -> list[dict]:
+    """One row per input file: where and with what it was produced (the file's root attributes)."""
+    out, seen = [], set()
+    for ri in coll.runs:
+        if ri.path in seen:
+            continue
+        seen.add(ri.path)
+        a = ri.run.file_attrs
+        hosts = a.get("hostnames", "")
+        out.append({"file": str(ri.path), "runs": sum(1 for x in coll.runs if x.path == ri.path),
+                    "complete": a.get("complete", ""), "created": a.get("created", ""),
+                    "hpcgc": a.get("hpcgc_version", ""),
+                    "git commit": str(a.get("git_commit", ""))[:12] + ("+dirty" if a.get("git_dirty") else ""),
+                    "MPI library": a.get("mpi_library_version", ""), "ranks": a.get("world_size", ""),
+                    "hosts": ",".join(map(str, hosts)) if isinstance(hosts, list) else hosts,
+                    "command line": a.get("command_line", ""),
+                    "SLURM job": a.get("slurm_job_id", "")})
+    return out
+
+
+PROVENANCE_COLUMNS = ("file", "runs", "complete", "created", "hpcgc", "git commit", "MPI library", "ranks", "hosts",
+                      "command line", "SLURM job")
+
+
+def write_html(path: Path, *, coll, ms, mrows, prow, run_rows, pcols, eps_txt, base_txt, sections=()) -> Path:
+    """``report.html``: one self-contained file (figures as embedded PNG data, no external resource)
+    with the tables, the notes and the provenance of every input file. ``sections``: extra
+    (title, html) pairs, e.g. a break-even analysis when one is present."""
+    import base64
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+             "<title>hpcgc report</title>", f"<style>{HTML_STYLE}</style></head><body>",
+             "<h1>hpcgc report</h1>",
+             f"<p>{len(coll.runs)} run(s) from {len(coll.files) - len(coll.skipped)} file(s), {len(ms)} method(s); "
+             f"ε: <code>{_esc(eps_txt)}</code>; baseline: {_esc(base_txt)}.</p>"]
+    if coll.notes:
+        parts += ["<h2>Notes on the inputs</h2><ul>"] + [f'<li class="note">{_esc(n)}</li>' for n in coll.notes] + \
+                 ["</ul>"]
+    parts += ["<h2>Methods</h2>", html_table(mrows, METHOD_COLUMNS),
+              "<p>Empty / — : not reached by every seed (see <code>reached</code>) or not applicable. "
+              "Ratios: the method's value over the baseline's (&lt; 1: better).</p>",
+              "<h2>Figures</h2>"]
+    for stem, png in _RENDERED.items():
+        cap = FIGURE_CAPTIONS.get(stem.split("-")[0], "")
+        data = base64.b64encode(png).decode("ascii")
+        parts.append(f'<figure id="{_esc(stem)}"><img alt="{_esc(stem)}" src="data:image/png;base64,{data}">'
+                     f"<figcaption><b>{_esc(stem)}</b>. {_esc(cap)}</figcaption></figure>")
+    parts += ["<h2>Projected time to ε on other networks</h2>", html_table(prow, pcols)]
+    for title, body in sections:
+        parts += [f"<h2>{_esc(title)}</h2>", body]
+    parts += ["<h2>Runs</h2>", html_table(run_rows, RUN_COLUMNS),
+              "<h2>Provenance of the inputs</h2>", html_table(provenance_rows(coll), PROVENANCE_COLUMNS)]
+    parts += ["<p>Written by <code>hpcgc report</code>; the same tables as CSV beside this file "
+              "(<code>table.csv</code>, <code>runs.csv</code>, <code>projection.csv</code>).</p></body></html>"]
+    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    return path
 
 
 # -- the report ---------------------------------------------------------------------------------------
@@ -352,6 +492,7 @@ def report(paths, out, eps=1e-8, baseline=None, metric="suboptimality", logx=Fal
     base = choose_baseline(ms, baseline, lambda m: _all_reach(m, eps, metric))
     nets = nets or [proj.PRESETS[k] for k in proj.PRESETS]
     out.mkdir(parents=True, exist_ok=True)
+    _RENDERED.clear()
     for note in coll.notes:
         (log or (lambda t: print(t, file=sys.stderr)))(f"# note: {note}")
 
@@ -390,7 +531,10 @@ def report(paths, out, eps=1e-8, baseline=None, metric="suboptimality", logx=Fal
               "## Figures", ""]
     lines += [f"- [{p.name}]({p.name})" for p in figures if p.suffix == ".png"]
     lines += ["", "## Inputs", ""] + [f"- {f}" for f in coll.files]
+    lines += ["", "Everything above in one self-contained file, figures included: [report.html](report.html)."]
     (out / "report.md").write_text("\n".join(lines) + "\n")
+    write_html(out / "report.html", coll=coll, ms=ms, mrows=mrows, prow=prow,
+               run_rows=[per_run[id(ri)] for ri in coll.runs], pcols=pcols, eps_txt=eps_txt, base_txt=base_txt)
     return {"collection": coll, "methods": ms, "method_rows": mrows, "run_rows": [per_run[id(ri)] for ri in coll.runs],
             "projection_rows": prow, "figures": figures, "out": out}
 
@@ -431,7 +575,7 @@ def main(argv=None) -> int:
         return 2
     print(markdown_table(r["method_rows"], METHOD_COLUMNS))
     print(f"# wrote {len(r['figures'])} figure file(s), table.csv/.md, runs.csv, projection.csv/.md, "
-          f"report.md to {r['out']}")
+          f"report.md and report.html to {r['out']}")
     return 0
 
 
