@@ -224,7 +224,7 @@ def _mpi_command(fn) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except Exception:  # a bug, not a user mistake
+    except Exception:  # noqa: BLE001 (a bug, not a user mistake)
         sys.stderr.write(f"hpcgc: internal error on rank {rank}:\n{traceback.format_exc()}")
         from .transport import Transport
         Transport().abort(1)
@@ -274,7 +274,7 @@ def main(argv=None) -> int:
     except BrokenPipeError:               # output piped into `head` and closed: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except Exception:  # a bug, not a user mistake: show it and take every rank down (no hang)
+    except Exception:  # noqa: BLE001 (a bug, not a user mistake): show it and take every rank down (no hang)
         sys.stderr.write(f"hpcgc: internal error on rank {rank}:\n{traceback.format_exc()}")
         from .transport import Transport
         Transport().abort(1)

@@ -54,7 +54,7 @@ class ResultsWriter:
         self.f.create_group("runs")
         self.f.flush()
 
-    def begin_run(self, run_id: str, attrs: dict, n_workers: int, world_size: int) -> "RunWriter":
+    def begin_run(self, run_id: str, attrs: dict, n_workers: int, world_size: int) -> RunWriter:
         return RunWriter(self, self.f["runs"].create_group(run_id), attrs, n_workers, world_size)
 
     def close(self, complete: bool = True):
@@ -197,7 +197,7 @@ def find_files(path) -> list[Path]:
     """The results files in a directory (recursively, natural order), a finished ``x.h5``
     superseding a ``x.h5.partial`` beside it."""
     import re
-    key = lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p))]  # noqa: E731
+    key = lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p))]
     found = sorted({*Path(path).rglob("*.h5"), *Path(path).rglob("*.h5.partial")}, key=key)
     names = {str(f) for f in found}
     return [f for f in found if not (f.name.endswith(PARTIAL_SUFFIX) and str(f)[: -len(PARTIAL_SUFFIX)] in names)]

@@ -34,9 +34,29 @@ import numpy as np
 
 from . import projection as proj
 from .tables import (  # the report's tables and inputs; re-exported for `report.collect` etc.
-    FLOOR, METHOD_COLUMNS, PHASES, RUN_COLUMNS, AnalysisError, Method, RunInfo,
-    _all_reach, _col, _md_value, _mean_if_all, bits_per_worker, choose_baseline, collect, markdown_table,
-    method_rows, methods, panel_slug, panel_title, projection_columns, projection_rows, run_metrics, wall,
+    FLOOR,
+    METHOD_COLUMNS,
+    PHASES,
+    RUN_COLUMNS,
+    AnalysisError,
+    Method,
+    RunInfo,
+    _all_reach,
+    _col,
+    _md_value,
+    _mean_if_all,
+    bits_per_worker,
+    choose_baseline,
+    collect,
+    markdown_table,
+    method_rows,
+    methods,
+    panel_slug,
+    panel_title,
+    projection_columns,
+    projection_rows,
+    run_metrics,
+    wall,
     write_csv,
 )
 

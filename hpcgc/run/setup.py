@@ -58,15 +58,20 @@ def check(cfg: dict, out=None) -> list[str]:
             comp = compressors.make(r["compressor"])
         except UserError as exc:
             note(exc)
-        for fn in (lambda: allocation.check_name(r["allocation"]),
-                   lambda: (r["allocation"] != "uniform" or r["budget"] > 0) and r["budget_unit"] == "fraction"
-                   and allocation.check_budget(r["allocation"], r["budget"]),
-                   lambda: data.check_spec(rc["data"]["dataset"], rc["data"]["partition"]),
-                   lambda: _check_point(rc, alg_cls, comp)):
-            try:
-                fn()
-            except UserError as exc:
-                note(exc)
+        try:
+            allocation.check_name(r["allocation"])
+            if (r["allocation"] != "uniform" or r["budget"] > 0) and r["budget_unit"] == "fraction":
+                allocation.check_budget(r["allocation"], r["budget"])
+        except UserError as exc:
+            note(exc)
+        try:
+            data.check_spec(rc["data"]["dataset"], rc["data"]["partition"])
+        except UserError as exc:
+            note(exc)
+        try:
+            _check_point(rc, alg_cls, comp)
+        except UserError as exc:
+            note(exc)
     if out is not None:
         try:
             _check_writable(out)
@@ -100,10 +105,13 @@ def _check_point(rc: dict, alg_cls, comp) -> None:
         if alg_cls.needs_unbiased and not comp.unbiased:
             from ..algorithms.diana import biased_refusal
             problems.append(biased_refusal(r["algorithm"], comp.spec))
-        for fn in (lambda: check_collective(r, alg_cls, comp),
-                   lambda: getattr(comp, "matrices_only", False) and check_matrices(rc, comp)):
+        try:
+            check_collective(r, alg_cls, comp)
+        except UserError as exc:
+            problems.append(str(exc))
+        if getattr(comp, "matrices_only", False):
             try:
-                fn()
+                check_matrices(rc, comp)
             except UserError as exc:
                 problems.append(str(exc))
     if problems:
