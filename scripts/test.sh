@@ -13,7 +13,7 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; 
   if [ "$sudo" != none ]; then
     echo "hpcgc test: installing Debian's chromium (headless browser for the report.html test)"
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
   else
     echo "hpcgc test: no chromium and no root to install it: the report.html browser test will be skipped"
   fi
