@@ -38,14 +38,19 @@ def check(cfg: dict, out=None) -> list[str]:
     parameters of the algorithm, compressor, allocation, problem; algorithm × compressor (biased /
     unbiased), × problem kind, × collective, × server mode; parameter ranges; the data set exists (a
     file is not opened) and the partition scheme parses. ``out``: the results file must be creatable.
-    A problem shared by several grid points is reported once.
-    """
-    problems: list[str] = []
 
-    def note(exc):
-        for line in str(exc).splitlines():
-            if line not in problems:
-                problems.append(line)
+    Independent mistakes are all reported. Within one grid point, the algorithm × compressor ×
+    problem × collective chain reports its first refusal only (the next ones usually follow from
+    it). The same check failing in several grid points is one line, with the count.
+    """
+    found: dict = {}                      # key -> [message, grid points]
+
+    def note(key, exc):
+        msg = str(exc)
+        if key in found:
+            found[key][1] += 1
+        else:
+            found[key] = [msg, 1]
 
     for rc in config.expand(cfg):
         r = rc["run"]
@@ -53,69 +58,71 @@ def check(cfg: dict, out=None) -> list[str]:
         try:
             alg_cls = algorithms.get(r["algorithm"])
         except UserError as exc:
-            note(exc)
+            note(("algorithm", str(r["algorithm"])), exc)
         try:
             comp = compressors.make(r["compressor"])
         except UserError as exc:
-            note(exc)
+            note(("compressor", str(r["compressor"])), exc)
         try:
             allocation.check_name(r["allocation"])
             if (r["allocation"] != "uniform" or r["budget"] > 0) and r["budget_unit"] == "fraction":
                 allocation.check_budget(r["allocation"], r["budget"])
         except UserError as exc:
-            note(exc)
+            note(("allocation", str(r["allocation"]), str(r["budget"])), exc)
         try:
             data.check_spec(rc["data"]["dataset"], rc["data"]["partition"])
         except UserError as exc:
-            note(exc)
-        try:
-            _check_point(rc, alg_cls, comp)
-        except UserError as exc:
-            note(exc)
+            note(("data", str(rc["data"]["dataset"]), str(rc["data"]["partition"])), exc)
+        for key, msg in _check_point(rc, alg_cls, comp):
+            note(key, msg)
     if out is not None:
         try:
             _check_writable(out)
         except UserError as exc:
-            note(exc)
-    return problems
+            note(("out",), exc)
+    return [msg + (f" (and in {n - 1} more grid point{'s' if n > 2 else ''})" if n > 1 else "")
+            for msg, n in found.values()]
 
 
-def _check_point(rc: dict, alg_cls, comp) -> None:
-    """The checks of one grid point that need its algorithm class and compressor; raises the first
-    problem (the others of the same point usually follow from it)."""
+def _check_point(rc: dict, alg_cls, comp) -> list[tuple]:
+    """The problems of one grid point that need its algorithm class and compressor, as (key, message):
+    independent parameters each, and the first refusal of the algorithm × compressor × problem ×
+    collective chain."""
     r = rc["run"]
-    problems = []
+    out = []
     kind = rc["problem"]["kind"]
     if kind not in PROBLEM_KINDS:
-        problems.append(f"unknown problem.kind {kind!r}; available: {', '.join(PROBLEM_KINDS)}")
+        out.append((("kind", kind), f"unknown problem.kind {kind!r}; available: {', '.join(PROBLEM_KINDS)}"))
     if not 0.0 <= r["momentum"] < 1.0:
-        problems.append(f"run.momentum must be in [0, 1), got {r['momentum']!r}")
+        out.append((("momentum", r["momentum"]), f"run.momentum must be in [0, 1), got {r['momentum']!r}"))
     if isinstance(r["alpha"], str) and r["alpha"] != "theory":
-        problems.append(f"run.alpha must be a number in (0, 1] or 'theory', got {r['alpha']!r}")
-    if alg_cls is not None and comp is not None:
-        if kind in MODEL_KINDS and not getattr(alg_cls, "takes_learning_rate", False):
-            problems.append(f"algorithm {r['algorithm']!r} uses a step size from smoothness constants, which "
-                            f"problem.kind = {kind!r} does not have; use algorithm 'local-sgd'")
-        try:
-            if allocation.kind(r["allocation"]) == "threshold" and "lam" not in comp.params:
-                problems.append(f"allocation {r['allocation']!r} sets per-worker thresholds; it needs the "
+        out.append((("alpha", r["alpha"]), f"run.alpha must be a number in (0, 1] or 'theory', got {r['alpha']!r}"))
+    if alg_cls is None or comp is None or kind not in PROBLEM_KINDS:
+        return out
+    try:
+        threshold = allocation.kind(r["allocation"]) == "threshold"
+    except UserError:
+        threshold = False                      # an unknown allocation is reported by check_name
+    refusal = None
+    if kind in MODEL_KINDS and not getattr(alg_cls, "takes_learning_rate", False):
+        refusal = ("model-kind", f"algorithm {r['algorithm']!r} uses a step size from smoothness constants, which "
+                                 f"problem.kind = {kind!r} does not have; use algorithm 'local-sgd'")
+    elif threshold and "lam" not in comp.params:
+        refusal = ("threshold", f"allocation {r['allocation']!r} sets per-worker thresholds; it needs the "
                                 f"hard-threshold compressor ('threshold:lam=...'), not {comp.spec!r}")
-        except UserError:
-            pass                                  # an unknown allocation is reported by check_name
-        if alg_cls.needs_unbiased and not comp.unbiased:
-            from ..algorithms.diana import biased_refusal
-            problems.append(biased_refusal(r["algorithm"], comp.spec))
+    elif alg_cls.needs_unbiased and not comp.unbiased:
+        from ..algorithms.diana import biased_refusal
+        refusal = ("biased", biased_refusal(r["algorithm"], comp.spec))
+    else:
         try:
             check_collective(r, alg_cls, comp)
-        except UserError as exc:
-            problems.append(str(exc))
-        if getattr(comp, "matrices_only", False):
-            try:
+            if getattr(comp, "matrices_only", False):
                 check_matrices(rc, comp)
-            except UserError as exc:
-                problems.append(str(exc))
-    if problems:
-        raise ConfigError("\n".join(problems))
+        except UserError as exc:
+            refusal = ("collective-or-matrices", str(exc))
+    if refusal is not None:
+        out.append((("chain", refusal[0]), refusal[1]))
+    return out
 
 
 def _check_writable(out) -> None:
