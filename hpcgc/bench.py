@@ -139,9 +139,13 @@ def cmd_list(args) -> int:
 
 
 def _load_config(args):
+    """The experiment: file, then --set items. Returns (cfg, problems): every bad key or value of
+    both, one message each (cfg then holds the valid part, so the plan-time checks still run)."""
     from . import config
-    cfg = config.load_file(args.config) if args.config else config.default_experiment()
-    return config.apply_overrides(cfg, args.overrides)
+    problems: list[str] = []
+    cfg = config.load_file(args.config, problems) if args.config else config.default_experiment()
+    config.apply_overrides(cfg, args.overrides, problems)
+    return cfg, problems
 
 
 def default_out(name: str) -> Path:
@@ -172,10 +176,10 @@ def cmd_run(args, argv, validate_only=False) -> int:
     from .run.setup import check
     from .transport import Transport
 
-    cfg = _load_config(args)               # identical on every rank: a bad file fails everywhere alike
+    cfg, problems = _load_config(args)     # identical on every rank: a bad file fails everywhere alike
     out = Path(args.out) if args.out else default_out(cfg["name"])
     # every problem that can be known without data, at once, before any data set is read (same on every rank)
-    problems = check(cfg, None if validate_only else out)
+    problems += [p for p in check(cfg, None if validate_only else out) if p not in problems]
     if problems:
         raise ConfigError("\n".join(problems))
     t = Transport()
