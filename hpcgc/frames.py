@@ -137,7 +137,7 @@ def runs_frame(runs):
     ``iterations`` (of the last row), ``final_<series>`` (the last finite value of ``loss``,
     ``suboptimality``, ``dist_to_opt``, ``grad_norm_sq``, ``accuracy``), ``model_bits_per_worker``
     and ``wire_bits_per_worker`` (cumulative at the end, mean over workers), ``wire_bits_up_total``
-    (all workers), ``bits_down_wire``, ``time_s`` (rank 0's iteration loop, seconds),
+    (all workers), ``bits_down_wire``, ``time_s`` (rank 0's iteration loop, seconds, last finite),
     ``ms_per_iteration``, ``gamma``, ``omega``, ``f_star``, and the file's provenance
     (:data:`PROVENANCE`)."""
     pd = _pd()
@@ -151,13 +151,13 @@ def runs_frame(runs):
             row[f"final_{k}"] = _last_finite(r.series[k][:T]) if k in r.series else float("nan")
         for k, name in (("bits_up_model", "model_bits_per_worker"), ("bits_up_wire", "wire_bits_per_worker")):
             v = r.series.get(k)
-            row[name] = float(np.mean(v[T - 1])) if v is not None and T and v.shape[1] else float("nan")
+            row[name] = float(np.mean(v[T - 1])) if v is not None and T and v.shape[1] else 0.0
         up = r.series.get("bits_up_wire")
         row["wire_bits_up_total"] = float(np.sum(up[T - 1])) if up is not None and T else float("nan")
         row["bits_down_wire"] = float(r.series["bits_down_wire"][T - 1]) if "bits_down_wire" in r.series and T \
             else float("nan")
         it = r.time.get("iter")
-        row["time_s"] = float(it[T - 1, 0]) if it is not None and T else float("nan")
+        row["time_s"] = _last_finite(it[:T, 0]) if it is not None and T else float("nan")
         row["ms_per_iteration"] = 1e3 * row["time_s"] / row["iterations"] if row["iterations"] else float("nan")
         for k in ("gamma", "omega", "f_star"):
             row[k] = r.attrs.get(k, float("nan"))

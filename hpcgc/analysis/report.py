@@ -516,7 +516,9 @@ def report(paths, out, eps=1e-8, baseline=None, metric="suboptimality", logx=Fal
     for note in coll.notes:
         (log or (lambda t: print(t, file=sys.stderr)))(f"# note: {note}")
 
-    per_run = {id(ri): run_metrics(ri, eps, metric) for ri in coll.runs}
+    from hpcgc.frames import runs_frame
+    summaries = runs_frame([ri.run for ri in coll.runs]).to_dict("records")     # the runs as pandas reads them
+    per_run = {id(ri): run_metrics(ri, eps, metric, sm) for ri, sm in zip(coll.runs, summaries)}
     mrows = method_rows(ms, per_run, base)
     prow = projection_rows(coll, eps, nets, gather, metric, baseline)
     figures = []

@@ -265,13 +265,16 @@ def last_finite(v) -> float:
     return float(v[ok[-1]]) if ok.size else float("nan")
 
 
-def run_metrics(ri: RunInfo, eps: float, metric: str) -> dict:
+def run_metrics(ri: RunInfo, eps: float, metric: str, summary=None) -> dict:
+    """One row of ``runs.csv``. ``summary``: the run's row of :func:`hpcgc.frames.runs_frame` (the
+    report passes it: its final values, bits and times come from the frame); without it the same
+    values are computed here from the run."""
     r = ri.run
     it = np.asarray(r.series["iteration"])
     bits, wb, wc = bits_per_worker(r), wire_bytes_up(r), wall(r)
     t = proj.first_reached(r.series.get(metric, []), eps)
     acc = _col(r, "accuracy")
-    return {
+    row = {
         "file": str(ri.path), "run_id": r.run_id, "method": ri.method.label if ri.method else "",
         "algorithm": ri.flat.get("run.algorithm", r.attrs.get("algorithm", "")),
         "compressor": ri.flat.get("run.compressor", r.attrs.get("compressor", "")),
@@ -288,6 +291,12 @@ def run_metrics(ri: RunInfo, eps: float, metric: str) -> dict:
         "iterations_to_eps": int(it[t]) if t is not None else float("nan"),
         "time_to_eps_s": float(wc[t]) if t is not None else float("nan"),
     }
+    if summary is not None:
+        assert summary["run_id"] == r.run_id
+        row.update(iterations=int(summary["iterations"]),
+                   **{k: float(summary[k]) for k in ("final_suboptimality", "final_dist_to_opt", "final_accuracy",
+                                                     "model_bits_per_worker", "time_s")})
+    return row
 
 
 RUN_COLUMNS = ("file", "run_id", "method", "algorithm", "compressor", "seed", "ranks", "status", "stop_reason",
