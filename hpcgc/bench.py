@@ -95,8 +95,9 @@ def build_parser():
     p = argparse.ArgumentParser(prog=prog(), description=DESCRIPTION,
                                 epilog=EPILOG.format(keys=schema_help()),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", nargs="?", default="run", choices=("run", "list", "validate"),
-                   help="what to do (default: run)")
+    p.add_argument("command", nargs="?", default="run", choices=("run", "list", "validate"), metavar="COMMAND",
+                   help="run (default), list or validate; micro, collectives, report and project come first and "
+                        "take their own options (hpcgc COMMAND --help)")
     p.add_argument("--config", "-c", metavar="FILE.toml", help="experiment file (default: the built-in experiment)")
     p.add_argument("--set", "-s", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                    help="override a key, e.g. --set run.iterations=500 --set sweep.seed=[0,1,2]")
@@ -263,7 +264,11 @@ def main(argv=None) -> int:
         return _mpi_command(lambda: collectives.main(argv[1:]))
     args = build_parser().parse_args(argv)
     if args.command == "list":
-        return cmd_list(args)
+        try:
+            return cmd_list(args)
+        except BrokenPipeError:           # `hpcgc list | head`
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
     rank = 0
     try:
         from mpi4py import MPI
