@@ -69,8 +69,10 @@ Docs: README.md, docs/ (results schema, methods, data, compressors)."""
 
 def prog() -> str:
     """``hpcgc`` when started as the console script, else ``python -m hpcgc.bench``."""
-    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
-    return name if name in ("hpcgc", "hpcgc-bench") else "python -m hpcgc.bench"
+    arg0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    if arg0.name in ("hpcgc", "hpcgc-bench"):
+        return arg0.name
+    return "python -m hpcgc" if arg0.parent.name == "hpcgc" and arg0.name == "__main__.py" else "python -m hpcgc.bench"
 
 
 def version_string() -> str:
