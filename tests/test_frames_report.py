@@ -105,18 +105,23 @@ def test_frames_equal_load_value_by_value(experiment):
                     1e3 * np.median(r.per_iteration[phase][:, rank].astype(float)), rel=1e-12)
 
 
-def _hpcgc_outside(args, cwd):
-    """``hpcgc ARGS`` from ``cwd`` (outside the clone): the installed console script when the
-    installed package is this checkout (as after scripts/setup.sh), else ``python -m hpcgc``."""
+def _outside_env(cwd):
+    """The environment for commands run outside the clone: without PYTHONPATH when the installed
+    hpcgc is this checkout (as after scripts/setup.sh, in CI), so that the installation itself is
+    what is tested; else (a venv installed from another checkout) with PYTHONPATH = the clone."""
     env = {k: v for k, v in mpi_env().items() if k != "PYTHONPATH"}
     where = subprocess.run([sys.executable, "-c", "import hpcgc; print(hpcgc.__file__)"], cwd=cwd, env=env,
                            capture_output=True, text=True)
+    installed = where.returncode == 0 and Path(where.stdout.strip()).resolve().parent.parent == ROOT
+    return (env, True) if installed else (mpi_env(), False)
+
+
+def _hpcgc_outside(args, cwd):
+    """``hpcgc ARGS`` from ``cwd``: the installed console script when the installed package is this
+    checkout, else ``python -m hpcgc``."""
+    env, installed = _outside_env(cwd)
     exe = shutil.which("hpcgc", path=str(Path(sys.executable).parent))
-    if where.returncode == 0 and Path(where.stdout.strip()).resolve().parent.parent == ROOT and exe:
-        cmd = [exe, *args]
-    else:                                # e.g. a venv whose editable install points at another checkout
-        env = mpi_env()
-        cmd = [sys.executable, "-m", "hpcgc", *args]
+    cmd = [exe, *args] if installed and exe else [sys.executable, "-m", "hpcgc", *args]
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
 
 
@@ -134,7 +139,7 @@ def test_report_from_outside_the_clone(html_report, tmp_path):
     for name in ("report.html", "report.md", "table.csv", "runs.csv", "phases.png", "convergence.png"):
         assert (html_report / name).stat().st_size > 500, name
     p = subprocess.run([sys.executable, "-c", "import hpcgc.analysis, hpcgc.analysis.report"], cwd=tmp_path,
-                       env=mpi_env(), capture_output=True, text=True)
+                       env=_outside_env(tmp_path)[0], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     html = (html_report / "report.html").read_text()
     assert html.count('src="data:image/png;base64,') >= 4             # figures embedded
