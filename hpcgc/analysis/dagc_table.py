@@ -61,7 +61,7 @@ def table(groups, target) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="hpcgc dagc-table", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m analysis.dagc_table", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--target", type=float, default=0.9, help="test accuracy target (default 0.9)")
