@@ -87,15 +87,15 @@ def _plt():
     return plt
 
 
-def _save(fig, out: Path, stem: str, formats) -> list[Path]:
+def _save(fig, out: Path, stem: str, formats, dpi: int = 130) -> list[Path]:
     import io
     paths = []
     for ext in formats:
         p = out / f"{stem}.{ext}"
-        fig.savefig(p, dpi=130 if ext == "png" else None)
+        fig.savefig(p, dpi=dpi if ext == "png" else None)
         paths.append(p)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=130)
+    fig.savefig(buf, format="png", dpi=dpi)
     _RENDERED[stem] = buf.getvalue()
     _plt().close(fig)
     return paths
@@ -190,6 +190,41 @@ def fig_convergence(ms, panel, out, formats, eps, metric, logx=False) -> list[Pa
                  f"grey dashed: ε = {eps:g})", fontsize=11)
     _bottom_legend(fig, axes[0][0], len(group))
     return _save(fig, out, "convergence" + _suffix(ms, panel), formats)
+
+
+COLUMN_WIDTH_IN = 3.4       # one column of a two-column journal page
+
+
+def fig_convergence_column(ms, panel, out, formats, eps, metric, which, logx=False) -> list[Path]:
+    """One journal column: f(x) − f* (and ‖x − x*‖²/‖x⁰ − x*‖²) against one x axis (``bits`` or
+    ``wall``), 8-pt text at print size, legend below; file ``convergence_<which>[-panel]``."""
+    plt = _plt()
+    group = [m for m in ms if m.panel == panel]
+    ys = [y for y in ("suboptimality", "dist_to_opt")
+          if any(np.isfinite(_col(ri.run, y) if _col(ri.run, y) is not None else [np.nan]).any()
+                 for m in group for ri in m.runs)] or ["loss"]
+    xl = dict(X_AXES)[which]
+    rows = math.ceil(len(group) / 2)
+    with plt.rc_context({"font.size": 7, "axes.labelsize": 7, "xtick.labelsize": 6.5, "ytick.labelsize": 6.5,
+                         "legend.fontsize": 6.5, "lines.linewidth": 1.2}):
+        fig, axes = plt.subplots(len(ys), 1, figsize=(COLUMN_WIDTH_IN, 1.9 * len(ys) + 0.25 + 0.16 * rows),
+                                 sharex=True, squeeze=False, layout="constrained")
+        for i, y in enumerate(ys):
+            ax = axes[i][0]
+            for m in group:
+                _draw(ax, m, [(_xdata(ri.run, which), _col(ri.run, y)) for ri in m.runs], log=True, label=(i == 0))
+            ax.set_yscale("log")
+            if logx:
+                ax.set_xscale("log")
+            if y == metric:
+                ax.axhline(eps, color="0.4", lw=0.7, ls=(0, (4, 3)))
+            ax.set_ylabel(Y_LABELS.get(y, y))
+            ax.grid(True, which="major", alpha=0.3)
+        axes[-1][0].set_xlabel(xl)
+        fig.suptitle(panel_title(panel), fontsize=7)
+        fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=2, frameon=False,
+                   handlelength=2.2, columnspacing=1.0)
+        return _save(fig, out, f"convergence_{which}" + _suffix(ms, panel), formats, dpi=300)
 
 
 def _bottom_legend(fig, ax, n):
@@ -422,6 +457,8 @@ figcaption { font-size: 0.85em; color: #555; } code { font-size: 0.9em; }
 FIGURE_CAPTIONS = {
     "convergence": "f(x) − f* and ‖x − x*‖²/‖x⁰ − x*‖² against model bits per worker, iterations and "
                    "wall-clock; colour: compressor, line style: algorithm; band: min–max over seeds.",
+    "convergence_bits": "The same against model bits per worker alone, sized for one journal column.",
+    "convergence_wall": "The same against the wall-clock of the iteration loop, sized for one journal column.",
     "accuracy": "Accuracy against iterations; mean over seeds, band: min–max.",
     "projection": "Convergence against the wall-clock measured here and projected onto other networks "
                   "(α–β model, docs/projection.md).",
@@ -525,6 +562,8 @@ def report(paths, out, eps=1e-8, baseline=None, metric="suboptimality", logx=Fal
     panels = list(dict.fromkeys(m.panel for m in ms))
     for panel in panels:
         figures += fig_convergence(ms, panel, out, formats, eps, metric, logx)
+        for which in ("bits", "wall"):
+            figures += fig_convergence_column(ms, panel, out, formats, eps, metric, which, logx)
         figures += fig_accuracy(ms, panel, out, formats)
         figures += fig_projection(ms, panel, out, formats, nets, gather, eps, metric)
     figures += fig_phases(ms, out, formats)
