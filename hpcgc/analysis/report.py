@@ -64,7 +64,7 @@ from .tables import (  # the report's tables and inputs; re-exported for `report
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 PHASE_COLORS = {"grad": "#56B4E9", "compress": "#009E73", "comm_up": "#E69F00", "server": "#CC79A7",
                 "comm_down": "#D55E00"}
-_RENDERED: dict = {}          # stem -> PNG bytes of every figure of the current report (for report.html)
+_RENDERED: dict = {}          # stem -> (PNG bytes, dpi) of every figure of the current report (report.html)
 
 
 def _style(ms):
@@ -96,7 +96,7 @@ def _save(fig, out: Path, stem: str, formats, dpi: int = 130) -> list[Path]:
         paths.append(p)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
-    _RENDERED[stem] = buf.getvalue()
+    _RENDERED[stem] = (buf.getvalue(), dpi)
     _plt().close(fig)
     return paths
 
@@ -522,10 +522,12 @@ def write_html(path: Path, *, coll, ms, mrows, prow, run_rows, pcols, eps_txt, b
               "<p>Empty / — : not reached by every seed (see <code>reached</code>) or not applicable. "
               "Ratios: the method's value over the baseline's (&lt; 1: better).</p>",
               "<h2>Figures</h2>"]
-    for stem, png in _RENDERED.items():
+    for stem, (png, dpi) in _RENDERED.items():
         cap = FIGURE_CAPTIONS.get(stem.split("-")[0], "")
         data = base64.b64encode(png).decode("ascii")
-        parts.append(f'<figure id="{_esc(stem)}"><img alt="{_esc(stem)}" src="data:image/png;base64,{data}">'
+        width = int.from_bytes(png[16:20], "big") * 130 // dpi      # every figure at the same scale
+        parts.append(f'<figure id="{_esc(stem)}"><img alt="{_esc(stem)}" width="{width}" '
+                     f'src="data:image/png;base64,{data}">'
                      f"<figcaption><b>{_esc(stem)}</b>. {_esc(cap)}</figcaption></figure>")
     parts += ["<h2>Projected time to ε on other networks</h2>", html_table(prow, pcols)]
     for title, body in sections:
