@@ -1,9 +1,9 @@
-"""Analysis of hpcgc results files: figures, tables and the network projection.
+"""User-facing entry scripts of the analysis; the library is :mod:`hpcgc.analysis` (installed with
+``pip install "hpcgc[analysis]"``). These keep the documented commands working from the repository
+root, and ``analysis/example_frames.py`` is a worked example from a results directory to a figure:
 
-    python -m analysis.report RESULTS... -o OUTDIR [--baseline ALG:COMPRESSOR] [--eps 1e-8]
-    python -m analysis.project RESULTS... [--eps 1e-8] [--network 10] [--latency-us 5]
-
-``RESULTS`` are results files (``.h5``, also unfinished ``.h5.partial``) and/or directories of them
-(e.g. the ``task-<id>.h5`` files of a SLURM job array). Everything is read through
-:func:`hpcgc.results.load`. Documented in ``docs/analysis.md`` and ``docs/projection.md``.
+    python -m analysis.report RESULTS... -o OUTDIR      # = hpcgc report
+    python -m analysis.project RESULTS...                # = hpcgc project
+    python -m analysis.dagc_table RESULTS...             # the DAGC comparison table
+    python analysis/example_frames.py RESULTS -o fig.png # pandas frames → a matplotlib figure
 """

@@ -1,7 +1,7 @@
-"""``python -m analysis.project``: the network projection's command line (see :mod:`analysis.projection`)."""
+"""``python -m analysis.project``: the network projection table (the library is :mod:`hpcgc.analysis.project`)."""
 import sys
 
-from .projection import main
+from hpcgc.analysis.project import main
 
 if __name__ == "__main__":
     sys.exit(main())

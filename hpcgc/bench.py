@@ -40,15 +40,18 @@ f - f*, bits per worker in two ledgers - model bits and wire bytes - and per-ran
 go to one HDF5 file written by rank 0."""
 
 EPILOG = """\
-commands:
+commands (each has --help, e.g. `hpcgc report --help`):
   run       (default) run an experiment: the built-in default, or --config FILE.toml
   list      list compressors, algorithms, allocations, data sets and partitions
-  validate  check an experiment file (every grid point) and print the plan, without running
-  micro     compressor micro-benchmark (throughput vs memory bandwidth, bits, omega):
-            python -m hpcgc.bench micro --help
+  validate  check an experiment file (every grid point) without reading any data: every problem
+            found, one line each (exit 2); if none, set up the data and print the plan
+  micro     compressor micro-benchmark (throughput vs memory bandwidth, bits, omega)
   collectives  OSU-style sweep of the MPI collectives hpcgc uses (Gather+Gatherv, Bcast, Allreduce,
             Allgatherv), 4 B .. 256 MiB per rank, with fitted latency alpha and inverse bandwidth beta:
-            mpiexec -n 4 python -m hpcgc.bench collectives --help   (docs/collectives.md)
+            mpiexec -n 4 hpcgc collectives   (docs/collectives.md)
+  report    figures, tables and a self-contained report.html from results files (docs/analysis.md;
+            needs the analysis extra: pip install "hpcgc[analysis]")
+  project   the projected time-to-epsilon on other networks (docs/projection.md)
 
 experiment keys (--set section.key=value; values are TOML literals, else strings):
 {keys}
@@ -64,13 +67,39 @@ exit status: 0 success; 2 invalid input (config, data), reported as one line on 
 Docs: README.md, docs/ (results schema, methods, data, compressors)."""
 
 
+def prog() -> str:
+    """``hpcgc`` when started as the console script, else ``python -m hpcgc.bench``."""
+    arg0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    if arg0.name in ("hpcgc", "hpcgc-bench"):
+        return arg0.name
+    return "python -m hpcgc" if arg0.parent.name == "hpcgc" and arg0.name == "__main__.py" else "python -m hpcgc.bench"
+
+
+def version_string() -> str:
+    """``hpcgc 0.1.0 (git 1a2b3c4d5e)``; ``+dirty`` for uncommitted changes, ``unknown`` outside a clone."""
+    from .provenance import _git
+    commit = _git("rev-parse", "HEAD")
+    dirty = "+dirty" if commit and _git("status", "--porcelain", "--untracked-files=no") else ""
+    return f"hpcgc {__version__} (git {commit[:10] + dirty if commit else 'unknown'})"
+
+
+class _Version(argparse.Action):
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_string())
+        parser.exit()
+
+
 def build_parser():
     from .config import schema_help
-    p = argparse.ArgumentParser(prog="python -m hpcgc.bench", description=DESCRIPTION,
+    p = argparse.ArgumentParser(prog=prog(), description=DESCRIPTION,
                                 epilog=EPILOG.format(keys=schema_help()),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", nargs="?", default="run", choices=("run", "list", "validate"),
-                   help="what to do (default: run)")
+    p.add_argument("command", nargs="?", default="run", choices=("run", "list", "validate"), metavar="COMMAND",
+                   help="run (default), list or validate; micro, collectives, report and project come first and "
+                        "take their own options (hpcgc COMMAND --help)")
     p.add_argument("--config", "-c", metavar="FILE.toml", help="experiment file (default: the built-in experiment)")
     p.add_argument("--set", "-s", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                    help="override a key, e.g. --set run.iterations=500 --set sweep.seed=[0,1,2]")
@@ -86,7 +115,7 @@ def build_parser():
     p.add_argument("--grid-index", metavar="I", help="run only these grid points: I, I,J or I-J (0-based; "
                    "e.g. $SLURM_ARRAY_TASK_ID); `validate` prints the grid size")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the final table")
-    p.add_argument("--version", action="version", version=f"hpcgc {__version__}")
+    p.add_argument("--version", action=_Version, help="print the version and git commit, then exit")
     return p
 
 
@@ -121,9 +150,13 @@ def cmd_list(args) -> int:
 
 
 def _load_config(args):
+    """The experiment: file, then --set items. Returns (cfg, problems): every bad key or value of
+    both, one message each (cfg then holds the valid part, so the plan-time checks still run)."""
     from . import config
-    cfg = config.load_file(args.config) if args.config else config.default_experiment()
-    return config.apply_overrides(cfg, args.overrides)
+    problems: list[str] = []
+    cfg = config.load_file(args.config, problems) if args.config else config.default_experiment()
+    config.apply_overrides(cfg, args.overrides, problems)
+    return cfg, problems
 
 
 def default_out(name: str) -> Path:
@@ -149,17 +182,23 @@ def summary_table(summaries) -> str:
 
 def cmd_run(args, argv, validate_only=False) -> int:
     from . import config, results
+    from .errors import ConfigError
     from .run import execute, prepare
+    from .run.setup import check
     from .run.signals import REQUEST
     from .transport import Transport
 
+    cfg, problems = _load_config(args)     # identical on every rank: a bad file fails everywhere alike
+    out = Path(args.out) if args.out else default_out(cfg["name"])
+    # every problem that can be known without data, at once, before any data set is read (same on every rank)
+    problems += [p for p in check(cfg, None if validate_only else out) if p not in problems]
+    if problems:
+        raise ConfigError("\n".join(problems))
     t = Transport()
     REQUEST.install(abort=t.abort)
     say = print if t.is_root else (lambda *a, **k: None)
     log = (lambda *a: None) if args.quiet else say
-    cfg = _load_config(args)               # identical on every rank: a bad file fails everywhere alike
     t0 = time.perf_counter()
-    out = Path(args.out) if args.out else default_out(cfg["name"])
     if args.resume and not args.out:
         raise UserError("--resume needs -o PATH: the results file of the invocation to continue")
     if args.resume and args.overwrite:
@@ -192,6 +231,12 @@ def cmd_run(args, argv, validate_only=False) -> int:
     return 0
 
 
+def _print_error(exc) -> None:
+    """A user error: one ``hpcgc: error:`` line per problem."""
+    for line in str(exc).splitlines() or [""]:
+        print(f"hpcgc: error: {line}", file=sys.stderr)
+
+
 def _mpi_command(fn) -> int:
     """Run ``fn()`` on every rank: a UserError is one ``hpcgc: error:`` line on rank 0 and exit 2
     everywhere; any other exception takes every rank down with a traceback (exit 1)."""
@@ -203,7 +248,7 @@ def _mpi_command(fn) -> int:
         return fn()
     except UserError as exc:
         if rank == 0:
-            print(f"hpcgc: error: {exc}", file=sys.stderr)
+            _print_error(exc)
         return 2
     except Interrupted as exc:            # a stop signal: everything so far is in the .partial file
         if rank == 0:
@@ -214,28 +259,46 @@ def _mpi_command(fn) -> int:
     except BrokenPipeError:               # output piped into `head` and closed: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except Exception:  # a bug, not a user mistake: show it and take every rank down (no hang)
+    except Exception:  # noqa: BLE001 (a bug, not a user mistake): show it and take every rank down (no hang)
         sys.stderr.write(f"hpcgc: internal error on rank {rank}:\n{traceback.format_exc()}")
         from .transport import Transport
         Transport().abort(1)
         return 1
 
 
+def _analysis_command(module: str, argv) -> int:
+    """``report`` / ``project``: the analysis commands (need the analysis extra: matplotlib, pandas)."""
+    import importlib
+    try:
+        mod = importlib.import_module(f"hpcgc.analysis.{module}")
+    except ImportError as exc:
+        print(f"hpcgc: error: {module} needs the analysis extra ({exc}); pip install \"hpcgc[analysis]\"",
+              file=sys.stderr)
+        return 2
+    return mod.main(argv)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["report"], ["project"]):
+        return _analysis_command(argv[0], argv[1:])
     if argv[:1] == ["micro"]:             # the compressor micro-benchmark has its own options
         from . import micro
         try:
             return micro.main(argv[1:])
         except UserError as exc:
-            print(f"hpcgc: error: {exc}", file=sys.stderr)
+            _print_error(exc)
             return 2
     if argv[:1] == ["collectives"]:       # the MPI collectives benchmark has its own options
         from . import collectives
         return _mpi_command(lambda: collectives.main(argv[1:]))
     args = build_parser().parse_args(argv)
     if args.command == "list":
-        return cmd_list(args)
+        try:
+            return cmd_list(args)
+        except BrokenPipeError:           # `hpcgc list | head`
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
     return _mpi_command(lambda: cmd_run(args, argv, validate_only=args.command == "validate"))
 
 

@@ -178,42 +178,69 @@ def all_keys() -> list[str]:
     return [f"{s}.{k}" if s else k for s, keys in SCHEMA.items() for k in keys]
 
 
-def merge(cfg: dict, user: dict, source: str) -> dict:
-    """Merge a parsed TOML document into cfg, validating every key and type."""
-    for top, val in user.items():
+def merge(cfg: dict, user: dict, source: str, problems: list | None = None) -> dict:
+    """Merge a parsed TOML document into cfg, validating every key and type. Every bad key is
+    reported: one ConfigError with one line per key, or, with ``problems``, appended to that list
+    (cfg then holds the valid keys)."""
+    errors: list[str] = []
+
+    def each(items, fn):
+        for item in items:
+            try:
+                fn(*item)
+            except ConfigError as exc:
+                errors.append(str(exc))
+
+    def variant_key(entry, vk, vv):
+        sec, k = _locate(vk)
+        _check_value(sec, k, vv)
+        entry[f"{sec}.{k}" if sec else k] = vv
+
+    def sweep_key(sk, sv):
+        sec, k = _locate(sk)
+        if not isinstance(sv, list) or not sv:
+            raise ConfigError(f"{source}: sweep.{sk} must be a non-empty list, got {sv!r}")
+        for item in sv:
+            _check_value(sec, k, item)
+        cfg["sweep"][f"{sec}.{k}" if sec else k] = sv
+
+    def section_key(top, k, v):
+        if k not in SCHEMA[top]:
+            raise ConfigError(f"{source}: unknown key {top}.{k}; valid keys in [{top}]: {', '.join(SCHEMA[top])}")
+        _check_value(top, k, v)
+        cfg[top][k] = v
+
+    def top_level(top, val):
         if top == "variant":
             if not isinstance(val, list) or not all(isinstance(v, dict) for v in val):
                 raise ConfigError(f"{source}: variants are written as [[variant]] tables")
-            for j, table in enumerate(val):
+            for table in val:
                 entry = {}
-                for vk, vv in _flatten(table):
-                    sec, k = _locate(vk)
-                    _check_value(sec, k, vv)
-                    entry[f"{sec}.{k}" if sec else k] = vv
+                each(((entry, vk, vv) for vk, vv in _flatten(table)), variant_key)
                 cfg["variant"].append(entry)
         elif top == "sweep":
             if not isinstance(val, dict):
                 raise ConfigError(f"{source}: [sweep] must be a table")
-            for sk, sv in _flatten(val):
-                sec, k = _locate(sk)
-                if not isinstance(sv, list) or not sv:
-                    raise ConfigError(f"{source}: sweep.{sk} must be a non-empty list, got {sv!r}")
-                for item in sv:
-                    _check_value(sec, k, item)
-                cfg["sweep"][f"{sec}.{k}" if sec else k] = sv
+            each(_flatten(val), sweep_key)
         elif top in SCHEMA[""]:
             _check_value("", top, val)
             cfg[top] = val
         elif top in SCHEMA and isinstance(val, dict):
-            for k, v in val.items():
-                if k not in SCHEMA[top]:
-                    raise ConfigError(f"{source}: unknown key {top}.{k}; valid keys in [{top}]: "
-                                      f"{', '.join(SCHEMA[top])}")
-                _check_value(top, k, v)
-                cfg[top][k] = v
+            each(((top, k, v) for k, v in val.items()), section_key)
         else:
             raise ConfigError(f"{source}: unknown key or section {top!r}; sections: "
                               f"{', '.join(s for s in SCHEMA if s)}, sweep")
+
+    each(user.items(), top_level)
+    return _report(cfg, errors, problems)
+
+
+def _report(cfg: dict, errors: list, problems: list | None) -> dict:
+    errors = list(dict.fromkeys(line for e in errors for line in e.splitlines()))
+    if problems is not None:
+        problems.extend(e for e in errors if e not in problems)
+    elif errors:
+        raise ConfigError("\n".join(errors))
     return cfg
 
 
@@ -225,7 +252,8 @@ def _flatten(table: dict, prefix=""):
             yield f"{prefix}{k}", v
 
 
-def load_file(path: str) -> dict:
+def load_file(path: str, problems: list | None = None) -> dict:
+    """Read an experiment file; bad keys as in :func:`merge` (a missing or unparsable file raises)."""
     try:
         with open(path, "rb") as fh:
             doc = tomllib.load(fh)
@@ -235,7 +263,7 @@ def load_file(path: str) -> dict:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    return merge(defaults(), doc, path)
+    return merge(defaults(), doc, path, problems)
 
 
 def parse_value(text: str):
@@ -246,26 +274,35 @@ def parse_value(text: str):
         return text
 
 
-def apply_overrides(cfg: dict, overrides: list[str]) -> dict:
+def apply_overrides(cfg: dict, overrides: list[str], problems: list | None = None) -> dict:
+    """Apply ``--set`` items in order; every bad item is reported as in :func:`merge`."""
+    errors: list[str] = []
     for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"--set expects section.key=value, got {item!r}")
-        key, text = item.split("=", 1)
-        key = key.strip()
-        value = parse_value(text.strip())
-        if key.startswith("sweep."):
-            merge(cfg, {"sweep": {key[len("sweep."):]: value}}, "--set")
-            continue
-        sec, k = _locate(key)
-        if sec == "":
-            merge(cfg, {k: value}, "--set")
-        else:
-            merge(cfg, {sec: {k: value}}, "--set")
-        full = f"{sec}.{k}" if sec else k
-        cfg["sweep"].pop(full, None)
-        for variant in cfg["variant"]:
-            variant.pop(full, None)
-    return cfg
+        try:
+            _apply_override(cfg, item)
+        except ConfigError as exc:
+            errors.append(str(exc))
+    return _report(cfg, errors, problems)
+
+
+def _apply_override(cfg: dict, item: str) -> None:
+    if "=" not in item:
+        raise ConfigError(f"--set expects section.key=value, got {item!r}")
+    key, text = item.split("=", 1)
+    key = key.strip()
+    value = parse_value(text.strip())
+    if key.startswith("sweep."):
+        merge(cfg, {"sweep": {key[len("sweep."):]: value}}, "--set")
+        return
+    sec, k = _locate(key)
+    if sec == "":
+        merge(cfg, {k: value}, "--set")
+    else:
+        merge(cfg, {sec: {k: value}}, "--set")
+    full = f"{sec}.{k}" if sec else k
+    cfg["sweep"].pop(full, None)
+    for variant in cfg["variant"]:
+        variant.pop(full, None)
 
 
 def expand(cfg: dict) -> list[dict]:

@@ -747,6 +747,44 @@ def _unknown(spec, extra=""):
     )
 
 
+def check_spec(spec, partition_scheme=None) -> None:
+    """Check a data set specification (and a partition scheme) without reading any data: a built-in
+    name, a synthetic kind, or a LIBSVM file that exists and is a file. Raises what :func:`load`
+    and :func:`partition` would raise for the same mistake."""
+    if partition_scheme is not None:
+        _parse_scheme(partition_scheme)
+    if isinstance(spec, os.PathLike):
+        spec = os.fspath(spec)
+    if not isinstance(spec, str):
+        raise ConfigError(f"data set must be a name or a path, got {type(spec).__name__}")
+    text = spec.strip()
+    if not text:
+        raise ConfigError("empty data set name")
+    low = text.lower()
+    if low.startswith(SYNTHETIC_PREFIX):
+        kind = text[len(SYNTHETIC_PREFIX):].split(",")[0].strip().lower()
+        if kind not in SYNTHETIC_KINDS:
+            raise _unknown(text)
+        return
+    if low.startswith(LIBSVM_PREFIX):
+        path_text, _ = _split_path_and_options(text[len(LIBSVM_PREFIX):])
+    else:
+        key = text.split(",")[0].strip().lower().replace("_", "-")
+        if key in _BUILTINS:
+            return
+        path_text, _ = _split_path_and_options(text)
+        if not os.path.exists(os.path.expanduser(path_text)):
+            raise _unknown(text, " (and no file at that path)" if any(c in text for c in "/\\.~") else "")
+    given = os.path.expanduser(path_text.strip())
+    if not given:
+        raise ConfigError("libsvm: needs a file path, e.g. libsvm:data/a9a")
+    path = Path(given)
+    if not path.exists():
+        raise DataError(f"data file not found: {_display_path(given, path)}")
+    if path.is_dir():
+        raise DataError(f"data file is a directory, not a file: {_display_path(given, path)}")
+
+
 def load(spec) -> Dataset:
     """Load a data set from a specification string (see the module docstring) or a path."""
     if isinstance(spec, os.PathLike):

@@ -198,7 +198,7 @@ def cached_reference(obj: Objective, key_parts: dict) -> tuple[Optimum, bool]:
             if z["x"].shape == (obj.d,):
                 return Optimum(x=z["x"], f=float(z["f"]), grad_norm=float(z["grad_norm"]),
                                method=str(z["method"])), True
-    except Exception:
+    except Exception:  # noqa: BLE001 (an unreadable cache entry is recomputed)
         pass
     opt = solve_reference(obj)
     try:

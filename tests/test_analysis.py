@@ -13,9 +13,9 @@ import h5py
 import numpy as np
 import pytest
 
-from analysis import projection as proj
-from analysis import report
 from hpcgc import results
+from hpcgc.analysis import projection as proj
+from hpcgc.analysis import report
 from tests.conftest import ROOT, mpi_env, run_mpi
 
 EPS = 1e-4     # DIANA reaches it within the iterations below, DCGD stalls above it (label-sorted split)

@@ -9,7 +9,7 @@ import h5py
 import pytest
 
 from hpcgc import results
-from tests.conftest import ROOT, libsvm_path, run_mpi
+from tests.conftest import ROOT, libsvm_path, mpi_env, run_mpi
 
 N = 4
 
@@ -143,3 +143,41 @@ def test_more_ranks_oversubscribed_and_dedicated_server(tmp_path):
     assert run.attrs["n_workers"] == 5
     assert list(run.workers["rank"]) == [1, 2, 3, 4, 5] and all(run.workers["crossed_network"])
     assert run.time["grad"].shape[1] == 6 and run.time["grad"][-1, 0] == 0.0
+
+
+def test_validate_reports_every_problem_at_once_before_any_data(tmp_path):
+    """Three independent mistakes: three lines, exit 2, fast, and the data file is never opened (it
+    does not exist; the message says so without trying to parse it)."""
+    import subprocess
+    import sys
+    import time
+    cfg = tmp_path / "three.toml"
+    cfg.write_text('name = "three"\n[data]\ndataset = "libsvm:/no/such/dir/a9a"\n[run]\nmomentum = 1.5\n'
+                   '[sweep]\nalgorithm = ["diana"]\ncompressor = ["topk:k=3"]\n')
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "hpcgc", "validate", "--config", str(cfg)], capture_output=True,
+                       text=True, cwd=tmp_path, env=mpi_env())
+    took = time.monotonic() - t0
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 3, p.stderr
+    assert all(ln.startswith("hpcgc: error: ") for ln in lines)
+    assert "data file not found: /no/such/dir/a9a" in lines[0]
+    assert "run.momentum must be in [0, 1)" in p.stderr and "topk:k=3 is biased" in p.stderr
+    assert took < 2.0, f"validate took {took:.2f} s"
+    # the run refuses the same way, before any data is read or any file written
+    r = run_mpi(2, ["-m", "hpcgc", "--config", str(cfg), "-o", str(tmp_path / "x.h5")], cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("hpcgc: error:") == 3, _show(r)
+    assert not list(tmp_path.glob("x.h5*"))
+
+
+def test_one_command_with_every_subcommand():
+    import subprocess
+    import sys
+    v = subprocess.run([sys.executable, "-m", "hpcgc", "--version"], capture_output=True, text=True, cwd=ROOT)
+    assert v.returncode == 0 and v.stdout.startswith("hpcgc 0.") and "(git " in v.stdout, v.stdout
+    h = subprocess.run([sys.executable, "-m", "hpcgc", "--help"], capture_output=True, text=True, cwd=ROOT)
+    for sub in ("run", "list", "validate", "micro", "collectives", "report", "project"):
+        assert f"\n  {sub} " in h.stdout, sub
+    for sub in ("micro", "report", "project", "validate", "list", "run"):
+        p = subprocess.run([sys.executable, "-m", "hpcgc", sub, "--help"], capture_output=True, text=True, cwd=ROOT)
+        assert p.returncode == 0 and "usage:" in p.stdout, (sub, p.stderr)

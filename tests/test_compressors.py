@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from hpcgc import compressors
 from hpcgc.compressors import reference, wire
-
 from hpcgc.compressors.norms import block_norms_l2, block_norms_linf
 from hpcgc.compressors.prng import next_below, uniform_at
 from hpcgc.errors import ConfigError, PayloadError
@@ -1457,6 +1456,7 @@ def test_fuzz_with_numba_boundscheck(tmp_path):
     import os
     import subprocess
     import sys
+
     from .conftest import ROOT
     code = ("import tests.test_compressors as t; a, r = t.fuzz_decoders(t.FUZZ_SPECS, trials=200, seed=1); "
             "print(a, r)")

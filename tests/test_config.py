@@ -110,3 +110,16 @@ seed = [0, 1, 2]
     p.write_text('[[variant]]\nrun.budgt = 1\n')
     with pytest.raises(ConfigError, match="run.budgt"):
         config.load_file(str(p))
+
+
+def test_every_bad_key_is_reported_at_once(tmp_path):
+    p = tmp_path / "x.toml"
+    p.write_text('[run]\nalgorithmm = "diana"\niterations = "many"\n[problem]\nl3 = 1\n')
+    with pytest.raises(ConfigError) as exc:
+        config.load_file(str(p))
+    lines = str(exc.value).splitlines()
+    assert len(lines) == 3 and "algorithmm" in lines[0] and "run.iterations" in lines[1] and "l3" in lines[2], lines
+    problems = []
+    cfg = config.load_file(str(p), problems)
+    config.apply_overrides(cfg, ["run.seed=x", "nokey=1", "run.seed=3"], problems)
+    assert len(problems) == 5 and cfg["run"]["seed"] == 3, problems

@@ -16,7 +16,7 @@ import pytest
 
 from hpcgc import compressors
 from hpcgc.compressors import wire
-from hpcgc.compressors.powersgd import PowerSum, orthonormalize_columns
+from hpcgc.compressors.powersgd import orthonormalize_columns
 from hpcgc.errors import ConfigError, PayloadError
 
 from .test_compressors import fuzz_decoders

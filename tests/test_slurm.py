@@ -157,7 +157,7 @@ def test_array_kill_and_resubmit_failed(cluster, tmp_path):
     print(f"array {jid}: 2 tasks done, task 2 killed after {time.monotonic() - t0:.1f} s")
 
     # the analysis reads the killed task's file as far as it goes and says so
-    from analysis import report
+    from hpcgc.analysis import report
     notes = "\n".join(report.collect([out]).notes)
     assert "task-2.h5.partial: unfinished file (complete = false" in notes, notes
 

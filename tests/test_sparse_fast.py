@@ -16,11 +16,9 @@ from numba import njit
 from scipy import stats
 
 from hpcgc import compressors
-
 from hpcgc.compressors import elias_omega, randk, sparse, threshold, topk
 
 from .elias_ref import omega_string
-
 
 # ------------------------------------------------------------------------------------------------
 # rand-k sampling: exactly uniform k-subsets, the same on both paths

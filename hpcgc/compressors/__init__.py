@@ -20,19 +20,19 @@ from ._numba_cache import begin_invalidation
 _rebuild = begin_invalidation()      # before any kernel module is imported (see _numba_cache)
 
 from .base import Compressor, Param, parse_spec
+from .bernoulli import Bernoulli
+from .block_quant import BlockDither, BlockQuantPlus
+from .dither_plus import Dither, QuantPlus
 from .identity import Identity
+from .natural import Natural, NaturalDither, NaturalRandK
+from .powersgd import PowerSGD
 from .qsgd import QSGD
 from .quant import Quant, TernGrad
 from .randk import RandK
-from .dither_plus import Dither, QuantPlus
-from .block_quant import BlockDither, BlockQuantPlus
-from .sparsify_plus import RandTauPlus
 from .sign import ScaledSign, Sign
+from .sparsify_plus import RandTauPlus
 from .threshold import Threshold
 from .topk import TopK
-from .bernoulli import Bernoulli
-from .natural import Natural, NaturalDither, NaturalRandK
-from .powersgd import PowerSGD
 
 REGISTRY: dict[str, type[Compressor]] = {
     "identity": Identity,

@@ -284,7 +284,7 @@ class Compressor(ABC):
                           f"collectives it can use: {', '.join(self.collectives)}")
 
     # -- run context -----------------------------------------------------------------------------
-    def for_run(self, *, d: int, n_workers: int) -> "Compressor":
+    def for_run(self, *, d: int, n_workers: int) -> Compressor:
         """This compressor with parameters that depend on the run resolved (the runner calls it
         once per worker compressor, before ``validate``): e.g. ``dither``'s automatic
         s = ⌊√d/n⌋. The spec string stays as the user wrote it. Default: ``self``."""

@@ -36,8 +36,16 @@ from numba import njit
 from ..errors import ConfigError, PayloadError
 from . import wire
 from .base import FP64_PARAM, Compressor, DecodeSparse, Param
-from .elias_omega import (ERR_CODE, ERR_OVERRUN, ERR_PADDING, ERR_RANGE, dither_levels,
-                          dither_stream_bits, dither_stream_read, dither_stream_write)
+from .elias_omega import (
+    ERR_CODE,
+    ERR_OVERRUN,
+    ERR_PADDING,
+    ERR_RANGE,
+    dither_levels,
+    dither_stream_bits,
+    dither_stream_read,
+    dither_stream_write,
+)
 
 FORMAT_EO_DITHER = 40
 

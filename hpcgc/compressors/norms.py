@@ -12,7 +12,6 @@ import math
 import numpy as np
 from numba import njit
 
-
 _ABS32 = np.uint32(0x7FFFFFFF)
 _ABS64 = np.uint64(0x7FFFFFFFFFFFFFFF)
 _INF32_BITS = 0x7F800000

@@ -239,7 +239,7 @@ class PowerSGD(Compressor):
         out += y
 
     # -- Allreduce -------------------------------------------------------------------------------
-    def sum_codec(self, d: int, shape: tuple | None = None) -> "PowerSum":
+    def sum_codec(self, d: int, shape: tuple | None = None) -> PowerSum:
         """The two-round Allreduce codec for one m×n matrix (``shape``; None: the standalone reshape
         of a length-d vector). ConfigError if ``shape`` is not 2-D, does not hold d entries, or
         rank > min(m, n)."""

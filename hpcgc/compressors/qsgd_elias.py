@@ -58,7 +58,6 @@ from numba import njit
 from ..errors import PayloadError
 from . import wire
 from .norms import n_blocks
-from .prng import TWO32, uniforms32
 from .qsgd import qsgd_dither_chunk
 from .sparse import bit_length, elias_omega_length, reverse_bits
 from .wire import CHUNK

@@ -30,7 +30,6 @@ from numba import njit
 from . import wire
 from .base import FP64_PARAM, Param
 from .prng import mix64, next_below
-from .summable import IndexedSum
 from .sparse import (
     FINITE_CHUNK,
     FixedKSparse,
@@ -43,6 +42,7 @@ from .sparse import (
     scatter_scaled,
     scratch,
 )
+from .summable import IndexedSum
 
 _SHARED_SALT = np.uint64(0x5EED5EED5EED5EED)
 

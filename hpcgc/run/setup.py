@@ -33,41 +33,134 @@ class RunPlan:
     cfg: dict
 
 
-def plan(cfg: dict) -> list[RunPlan]:
-    """Expand the sweep and check every grid point's names and parameters (cheap, no data)."""
+def check(cfg: dict, out=None) -> list[str]:
+    """Every problem that can be found without reading data, one message each (empty: valid).
+
+    The one place the checks live: ``validate`` prints them, every run calls this (through
+    :func:`plan`) before any data set is read or any optimum solved. Per grid point: names and
+    parameters of the algorithm, compressor, allocation, problem; algorithm × compressor (biased /
+    unbiased), × problem kind, × collective, × server mode; parameter ranges; the data set exists (a
+    file is not opened) and the partition scheme parses. ``out``: the results file must be creatable.
+
+    Independent mistakes are all reported. Within one grid point, the algorithm × compressor ×
+    problem × collective chain reports its first refusal only (the next ones usually follow from
+    it). The same check failing in several grid points is one line, with the count.
+    """
+    found: dict = {}                      # key -> [message, grid points]
+
+    def note(key, exc):
+        msg = str(exc)
+        if key in found:
+            found[key][1] += 1
+        else:
+            found[key] = [msg, 1]
+
+    for rc in config.expand(cfg):
+        r = rc["run"]
+        alg_cls = comp = None
+        try:
+            alg_cls = algorithms.get(r["algorithm"])
+        except UserError as exc:
+            note(("algorithm", str(r["algorithm"])), exc)
+        try:
+            comp = compressors.make(r["compressor"])
+        except UserError as exc:
+            note(("compressor", str(r["compressor"])), exc)
+        try:
+            allocation.check_name(r["allocation"])
+            if (r["allocation"] != "uniform" or r["budget"] > 0) and r["budget_unit"] == "fraction":
+                allocation.check_budget(r["allocation"], r["budget"])
+        except UserError as exc:
+            note(("allocation", str(r["allocation"]), str(r["budget"])), exc)
+        try:
+            data.check_spec(rc["data"]["dataset"], rc["data"]["partition"])
+        except UserError as exc:
+            note(("data", str(rc["data"]["dataset"]), str(rc["data"]["partition"])), exc)
+        for key, msg in _check_point(rc, alg_cls, comp):
+            note(key, msg)
+    if out is not None:
+        try:
+            _check_writable(out)
+        except UserError as exc:
+            note(("out",), exc)
+    return [msg + (f" (and in {n - 1} more grid point{'s' if n > 2 else ''})" if n > 1 else "")
+            for msg, n in found.values()]
+
+
+def _check_point(rc: dict, alg_cls, comp) -> list[tuple]:
+    """The problems of one grid point that need its algorithm class and compressor, as (key, message):
+    independent parameters each, and the first refusal of the algorithm × compressor × problem ×
+    collective chain."""
+    r = rc["run"]
+    out = []
+    kind = rc["problem"]["kind"]
+    if kind not in PROBLEM_KINDS:
+        out.append((("kind", kind), f"unknown problem.kind {kind!r}; available: {', '.join(PROBLEM_KINDS)}"))
+    if not 0.0 <= r["momentum"] < 1.0:
+        out.append((("momentum", r["momentum"]), f"run.momentum must be in [0, 1), got {r['momentum']!r}"))
+    if isinstance(r["alpha"], str) and r["alpha"] != "theory":
+        out.append((("alpha", r["alpha"]), f"run.alpha must be a number in (0, 1] or 'theory', got {r['alpha']!r}"))
+    try:
+        parse_every(r["checkpoint_every"])
+    except UserError as exc:
+        out.append((("checkpoint_every", str(r["checkpoint_every"])), str(exc)))
+    if r["per_iteration_times"] and r["iterations"] * PER_ITERATION_BYTES > PER_ITERATION_LIMIT:
+        out.append((("per_iteration_times", r["iterations"]),
+                    f"run.iterations = {r['iterations']} with run.per_iteration_times = true needs "
+                    f"{r['iterations'] * PER_ITERATION_BYTES / 2**30:.3g} GiB per rank for the timings; "
+                    "set run.per_iteration_times = false (cumulative phase times are still recorded)"))
+    if alg_cls is None or comp is None or kind not in PROBLEM_KINDS:
+        return out
+    try:
+        threshold = allocation.kind(r["allocation"]) == "threshold"
+    except UserError:
+        threshold = False                      # an unknown allocation is reported by check_name
+    refusal = None
+    if kind in MODEL_KINDS and not getattr(alg_cls, "takes_learning_rate", False):
+        refusal = ("model-kind", f"algorithm {r['algorithm']!r} uses a step size from smoothness constants, which "
+                                 f"problem.kind = {kind!r} does not have; use algorithm 'local-sgd'")
+    elif threshold and "lam" not in comp.params:
+        refusal = ("threshold", f"allocation {r['allocation']!r} sets per-worker thresholds; it needs the "
+                                f"hard-threshold compressor ('threshold:lam=...'), not {comp.spec!r}")
+    elif alg_cls.needs_unbiased and not comp.unbiased:
+        from ..algorithms.diana import biased_refusal
+        refusal = ("biased", biased_refusal(r["algorithm"], comp.spec))
+    else:
+        try:
+            check_collective(r, alg_cls, comp)
+            if getattr(comp, "matrices_only", False):
+                check_matrices(rc, comp)
+        except UserError as exc:
+            refusal = ("collective-or-matrices", str(exc))
+    if refusal is not None:
+        out.append((("chain", refusal[0]), refusal[1]))
+    return out
+
+
+def _check_writable(out) -> None:
+    """The results file can be created: its nearest existing parent is a writable directory."""
+    import os
+    from pathlib import Path
+    p = Path(out).expanduser().absolute()
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if p.is_dir():
+        raise ConfigError(f"results file {out} is a directory; give a file name (-o DIR/name.h5)")
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write the results file {out}: {parent} is not a writable directory")
+
+
+def plan(cfg: dict, out=None) -> list[RunPlan]:
+    """Expand the sweep and check every grid point (:func:`check`, no data); every problem at once
+    as one ConfigError of one line per problem."""
+    problems = check(cfg, out)
+    if problems:
+        raise ConfigError("\n".join(problems))
     runs = []
     for i, rc in enumerate(config.expand(cfg)):
         r = rc["run"]
-        algorithms.get(r["algorithm"])
         comp = compressors.make(r["compressor"])
-        allocation.check_name(r["allocation"])
-        if (r["allocation"] != "uniform" or r["budget"] > 0) and r["budget_unit"] == "fraction":
-            allocation.check_budget(r["allocation"], r["budget"])
-        kind = rc["problem"]["kind"]
-        if kind not in PROBLEM_KINDS:
-            raise ConfigError(f"unknown problem.kind {kind!r}; available: {', '.join(PROBLEM_KINDS)}")
-        alg_cls = algorithms.get(r["algorithm"])
-        if kind in MODEL_KINDS and not getattr(alg_cls, "takes_learning_rate", False):
-            raise ConfigError(f"algorithm {r['algorithm']!r} uses a step size from smoothness constants, which "
-                              f"problem.kind = {kind!r} does not have; use algorithm 'local-sgd'")
-        if allocation.kind(r["allocation"]) == "threshold" and "lam" not in comp.params:
-            raise ConfigError(f"allocation {r['allocation']!r} sets per-worker thresholds; it needs the hard-threshold "
-                              f"compressor ('threshold:lam=...'), not {comp.spec!r}")
-        if alg_cls.needs_unbiased and not comp.unbiased:
-            from ..algorithms.diana import biased_refusal
-            raise ConfigError(biased_refusal(r["algorithm"], comp.spec))
-        check_collective(r, alg_cls, comp)
-        parse_every(r["checkpoint_every"])
-        if getattr(comp, "matrices_only", False):
-            check_matrices(rc, comp)
-        if r["per_iteration_times"] and r["iterations"] * PER_ITERATION_BYTES > PER_ITERATION_LIMIT:
-            raise ConfigError(f"run.iterations = {r['iterations']} with run.per_iteration_times = true needs "
-                              f"{r['iterations'] * PER_ITERATION_BYTES / 2**30:.3g} GiB per rank for the timings; "
-                              "set run.per_iteration_times = false (cumulative phase times are still recorded)")
-        if not 0.0 <= r["momentum"] < 1.0:
-            raise ConfigError(f"run.momentum must be in [0, 1), got {r['momentum']!r}")
-        if isinstance(r["alpha"], str) and r["alpha"] != "theory":
-            raise ConfigError(f"run.alpha must be a number in (0, 1] or 'theory', got {r['alpha']!r}")
         tag = rc["label"] or f"{r['algorithm']}-{comp.spec}"
         if r["allocation"] != "uniform" and not rc["label"]:
             tag += f"-{r['allocation']}"

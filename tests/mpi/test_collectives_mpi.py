@@ -61,7 +61,7 @@ def test_allreduce_uncompressed_equals_gather_identity(shared_dir):
         assert a.series["bits_down_wire"][-1] == 0
         assert a.series["bits_up_wire"][-1, 0] == 120 * 64 * a.attrs["d"]
     # the network projection replays it as a ring Allreduce of d float64 per rank, with no downlink
-    from analysis import projection as proj
+    from hpcgc.analysis import projection as proj
     net = proj.PRESETS["1"]
     up, down = proj.network_time(proj.costs(a), net)
     P, m = comm.size, 8 * a.attrs["d"]

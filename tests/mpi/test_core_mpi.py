@@ -12,7 +12,6 @@ from mpi4py import MPI
 from hpcgc import config, results
 from hpcgc.run import execute, prepare
 from hpcgc.transport import Transport
-
 from tests.conftest import libsvm_path
 
 pytestmark = pytest.mark.mpi(min_size=4)

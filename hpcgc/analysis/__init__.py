@@ -1,0 +1,16 @@
+"""Analysis of hpcgc results files: figures, tables, an HTML report and the network projection.
+
+    hpcgc report RESULTS... -o OUTDIR [--baseline ALG:COMPRESSOR] [--eps 1e-8]
+    hpcgc project RESULTS... [--eps 1e-8] [--network 10] [--latency-us 5]
+
+Modules (installed with ``pip install "hpcgc[analysis]"``, so this works from any directory):
+
+    tables      reading results files for the report, methods and panels, runs/method/projection rows, CSV/Markdown
+    projection  the α–β network model (no dependency on the report)
+    report      figures, ``report.html``, the ``hpcgc report`` command (uses tables and projection)
+    project     the ``hpcgc project`` command (uses tables and projection)
+    dagc_table  the DAGC comparison table
+
+The dependency graph is one way: projection ← tables ← report, project. Results as pandas frames are
+:meth:`hpcgc.results.Results.to_frame` and friends. Documented in ``docs/analysis.md``.
+"""

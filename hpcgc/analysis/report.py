@@ -1,0 +1,646 @@
+"""One command from results files to figures and tables.
+
+    hpcgc report RESULTS... -o OUTDIR [--baseline ALG:COMPRESSOR] [--eps 1e-8]
+
+``RESULTS`` are hpcgc results files (``.h5``; unfinished ``.h5.partial`` too) and/or directories
+that hold them (searched recursively, e.g. the ``task-<id>.h5`` files of a job array). Writes, as
+PNG and PDF:
+
+- ``convergence[-<panel>]``: f(x)−f* and ‖x−x*‖²/‖x⁰−x*‖² against model bits per worker,
+  iterations and wall-clock; one line per method, geometric mean over seeds with a min–max band;
+- ``accuracy[-<panel>]``: accuracy against iterations (communication rounds), for classifiers;
+- ``phases``: time per iteration split into grad / compress / comm_up / server / comm_down, per
+  method and rank count;
+- ``scaling``: time per iteration, time-to-ε and uplink bytes against the rank count (only when
+  the same method was run on several rank counts);
+- ``projection[-<panel>]``: convergence against the wall-clock projected onto 1, 10, 100 Gb/s
+  networks (α–β model, ``hpcgc.analysis.projection``);
+
+and the tables ``table.csv`` / ``table.md`` (one row per method: final values, bits-, iterations-
+and time-to-ε, ratios to the baseline), ``runs.csv`` (one row per run), ``projection.csv`` /
+``projection.md``, and ``report.md`` that ties everything together with the notes about the inputs
+(truncated files, skipped files). A panel is one (data set, partition, problem, ℓ2, ℓ1, rank
+count); a method is one resolved config up to the seed. ``docs/analysis.md`` documents every
+figure and column.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from . import projection as proj
+from .tables import (  # the report's tables and inputs; re-exported for `report.collect` etc.
+    FLOOR,
+    METHOD_COLUMNS,
+    PHASES,
+    RUN_COLUMNS,
+    AnalysisError,
+    Method,
+    RunInfo,
+    _all_reach,
+    _col,
+    _md_value,
+    _mean_if_all,
+    bits_per_worker,
+    choose_baseline,
+    collect,
+    markdown_table,
+    method_rows,
+    methods,
+    panel_slug,
+    panel_title,
+    projection_columns,
+    projection_rows,
+    run_metrics,
+    wall,
+    write_csv,
+)
+
+# Okabe & Ito (2008), "Color universal design": distinguishable with every common colour-vision deficiency
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+PHASE_COLORS = {"grad": "#56B4E9", "compress": "#009E73", "comm_up": "#E69F00", "server": "#CC79A7",
+                "comm_down": "#D55E00"}
+_RENDERED: dict = {}          # stem -> (PNG bytes, dpi) of every figure of the current report (report.html)
+
+
+def _style(ms):
+    """One colour per compressor (or per variant label), one line style per algorithm."""
+    use_labels = any(m.runs[0].flat.get("label") for m in ms)
+    colors, styles = {}, {}
+    for m in ms:
+        ckey = m.label if use_labels else m.compressor
+        colors.setdefault(ckey, OKABE_ITO[len(colors) % len(OKABE_ITO)])
+        styles.setdefault(m.algorithm, ("-", "--", ":", "-.")[len(styles) % 4])
+        m.color = colors[ckey]
+        m.linestyle = "-" if use_labels else styles[m.algorithm]
+
+
+# -- figures ----------------------------------------------------------------------------------------
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, out: Path, stem: str, formats, dpi: int = 130) -> list[Path]:
+    import io
+    paths = []
+    for ext in formats:
+        p = out / f"{stem}.{ext}"
+        fig.savefig(p, dpi=dpi if ext == "png" else None)
+        paths.append(p)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    _RENDERED[stem] = (buf.getvalue(), dpi)
+    _plt().close(fig)
+    return paths
+
+
+def aggregate(curves, log: bool = True, npts: int = 400):
+    """Mean over seeds with min–max band, on a common x grid (the range every seed covers).
+
+    ``curves``: list of (x, y) with x non-decreasing. Geometric mean when ``log``, else arithmetic.
+    Returns (x, mean, lo, hi) or None."""
+    clean = []
+    for x, y in curves:
+        x, y = np.asarray(x, float), np.asarray(y, float)
+        ok = np.isfinite(x) & np.isfinite(y)
+        x, y = x[ok], y[ok]
+        if x.size == 0:
+            continue
+        if log:
+            y = np.log(np.maximum(y, FLOOR))
+        x, idx = np.unique(x, return_index=True)
+        clean.append((x, y[idx]))
+    if not clean:
+        return None
+    if len(clean) == 1:
+        x, y = clean[0]
+        f = np.exp if log else (lambda a: a)
+        return x, f(y), f(y), f(y)
+    lo_x = max(c[0][0] for c in clean)
+    hi_x = min(c[0][-1] for c in clean)
+    if hi_x < lo_x:
+        return None
+    grid = np.unique(np.concatenate([c[0][(c[0] >= lo_x) & (c[0] <= hi_x)] for c in clean]))
+    if grid.size > npts:
+        grid = np.linspace(lo_x, hi_x, npts)
+    Y = np.array([np.interp(grid, x, y) for x, y in clean])
+    mean, lo, hi = Y.mean(axis=0), Y.min(axis=0), Y.max(axis=0)
+    if log:
+        mean, lo, hi = np.exp(mean), np.exp(lo), np.exp(hi)
+    return grid, mean, lo, hi
+
+
+def _draw(ax, m: Method, curves, log=True, label=True):
+    a = aggregate(curves, log=log)
+    if a is None:
+        return
+    x, mean, lo, hi = a
+    ax.plot(x, mean, color=m.color, linestyle=m.linestyle, lw=1.6,
+            label=(m.label + (f" ({len(curves)} seeds)" if len(curves) > 1 else "")) if label else None)
+    if len(curves) > 1:
+        ax.fill_between(x, lo, hi, color=m.color, alpha=0.18, lw=0)
+
+
+X_AXES = (("bits", "model bits sent per worker [bits]"),
+          ("iteration", "iterations (communication rounds)"),
+          ("wall", "wall-clock, iteration loop [s]"))
+Y_LABELS = {"suboptimality": "f(x) − f*", "dist_to_opt": "‖x − x*‖² / ‖x⁰ − x*‖²", "loss": "loss F(x)",
+            "test_loss": "test loss"}
+
+
+def _xdata(run, which):
+    if which == "bits":
+        return bits_per_worker(run)
+    if which == "iteration":
+        return np.asarray(run.series["iteration"], float)
+    return wall(run)
+
+
+def fig_convergence(ms, panel, out, formats, eps, metric, logx=False) -> list[Path]:
+    plt = _plt()
+    group = [m for m in ms if m.panel == panel]
+    ys = [y for y in ("suboptimality", "dist_to_opt")
+          if any(np.isfinite(_col(ri.run, y) if _col(ri.run, y) is not None else [np.nan]).any()
+                 for m in group for ri in m.runs)]
+    if not ys:
+        ys = ["loss"]
+    fig, axes = plt.subplots(len(ys), 3, figsize=(16, 4.2 * len(ys)), squeeze=False)
+    for i, y in enumerate(ys):
+        for j, (xk, xl) in enumerate(X_AXES):
+            ax = axes[i][j]
+            for m in group:
+                curves = [(_xdata(ri.run, xk), _col(ri.run, y)) for ri in m.runs]
+                _draw(ax, m, curves, log=True, label=(i == 0 and j == 0))
+            ax.set_yscale("log")
+            if logx and xk != "iteration":
+                ax.set_xscale("log")
+            if y == metric:
+                ax.axhline(eps, color="0.4", lw=0.8, ls=(0, (4, 3)))
+            ax.set_xlabel(xl)
+            ax.set_ylabel(Y_LABELS.get(y, y))
+            ax.grid(True, which="major", alpha=0.3)
+    fig.suptitle(f"Convergence — {panel_title(panel)}\n(geometric mean over seeds, band: min–max; "
+                 f"grey dashed: ε = {eps:g})", fontsize=11)
+    _bottom_legend(fig, axes[0][0], len(group))
+    return _save(fig, out, "convergence" + _suffix(ms, panel), formats)
+
+
+COLUMN_WIDTH_IN = 3.4       # one column of a two-column journal page
+
+
+def fig_convergence_column(ms, panel, out, formats, eps, metric, which, logx=False) -> list[Path]:
+    """One journal column: f(x) − f* (and ‖x − x*‖²/‖x⁰ − x*‖²) against one x axis (``bits`` or
+    ``wall``), 8-pt text at print size, legend below; file ``convergence_<which>[-panel]``."""
+    plt = _plt()
+    group = [m for m in ms if m.panel == panel]
+    ys = [y for y in ("suboptimality", "dist_to_opt")
+          if any(np.isfinite(_col(ri.run, y) if _col(ri.run, y) is not None else [np.nan]).any()
+                 for m in group for ri in m.runs)] or ["loss"]
+    xl = dict(X_AXES)[which]
+    rows = math.ceil(len(group) / 2)
+    with plt.rc_context({"font.size": 7, "axes.labelsize": 7, "xtick.labelsize": 6.5, "ytick.labelsize": 6.5,
+                         "legend.fontsize": 6.5, "lines.linewidth": 1.2}):
+        fig, axes = plt.subplots(len(ys), 1, figsize=(COLUMN_WIDTH_IN, 1.9 * len(ys) + 0.25 + 0.16 * rows),
+                                 sharex=True, squeeze=False, layout="constrained")
+        for i, y in enumerate(ys):
+            ax = axes[i][0]
+            for m in group:
+                _draw(ax, m, [(_xdata(ri.run, which), _col(ri.run, y)) for ri in m.runs], log=True, label=(i == 0))
+            ax.set_yscale("log")
+            if logx:
+                ax.set_xscale("log")
+            if y == metric:
+                ax.axhline(eps, color="0.4", lw=0.7, ls=(0, (4, 3)))
+            ax.set_ylabel(Y_LABELS.get(y, y))
+            ax.grid(True, which="major", alpha=0.3)
+        axes[-1][0].set_xlabel(xl)
+        fig.suptitle(panel_title(panel), fontsize=7)
+        fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=2, frameon=False,
+                   handlelength=2.2, columnspacing=1.0)
+        return _save(fig, out, f"convergence_{which}" + _suffix(ms, panel), formats, dpi=300)
+
+
+def _bottom_legend(fig, ax, n):
+    """The methods' legend under the axes, with room reserved for it (figure-relative)."""
+    rows = math.ceil(n / 3)
+    h = (0.3 + 0.22 * rows) / fig.get_figheight()
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=min(3, n), fontsize=9,
+               bbox_to_anchor=(0.5, 0.0), frameon=False)
+    fig.tight_layout(rect=(0, h, 1, 1))
+
+
+def _suffix(ms, panel):
+    return "" if len({m.panel for m in ms}) == 1 else "-" + panel_slug(panel)
+
+
+def _has_accuracy(m):
+    return any(np.isfinite(_col(ri.run, "accuracy") if _col(ri.run, "accuracy") is not None else [np.nan]).any()
+               for ri in m.runs)
+
+
+def fig_accuracy(ms, panel, out, formats) -> list[Path]:
+    group = [m for m in ms if m.panel == panel and _has_accuracy(m)]
+    if not group:
+        return []
+    plt = _plt()
+    # a held-out split: 'accuracy' is the test accuracy and 'train_accuracy' differs from it
+    both = any(_col(ri.run, "train_accuracy") is not None and
+               not np.allclose(_col(ri.run, "train_accuracy"), _col(ri.run, "accuracy"), equal_nan=True)
+               for m in group for ri in m.runs)
+    cols = [("accuracy", "test accuracy [%]" if both else "training accuracy [%]")]
+    if both:
+        cols.append(("train_accuracy", "training accuracy [%]"))
+    fig, axes = plt.subplots(1, len(cols), figsize=(7 * len(cols), 4.5), squeeze=False)
+    for j, (c, lab) in enumerate(cols):
+        ax = axes[0][j]
+        for m in group:
+            curves = [(ri.run.series["iteration"], 100 * _col(ri.run, c)) for ri in m.runs
+                      if _col(ri.run, c) is not None]
+            _draw(ax, m, curves, log=False, label=(j == 0))
+        ax.set_xlabel("iterations (communication rounds)")
+        ax.set_ylabel(lab)
+        ax.grid(True, alpha=0.3)
+    fig.suptitle(f"Accuracy — {panel_title(panel)}\n(mean over seeds, band: min–max)", fontsize=11)
+    _bottom_legend(fig, axes[0][0], len(group))
+    return _save(fig, out, "accuracy" + _suffix(ms, panel), formats)
+
+
+def phase_ms(ri: RunInfo) -> dict:
+    """Mean time per iteration [ms] of each phase: grad and compress averaged over the worker ranks,
+    server on rank 0, comm_up / comm_down averaged over all ranks; 'iter' on rank 0."""
+    r = ri.run
+    tm = r.time
+    it = np.asarray(r.series["iteration"], float)
+    ok = np.flatnonzero(np.isfinite(tm["iter"][:, 0])) if "iter" in tm else np.array([], int)
+    if ok.size == 0 or it[ok[-1]] == 0:
+        return {}
+    t = ok[-1]
+    k = it[t]
+    P = tm["iter"].shape[1]
+    wr = np.asarray(r.workers.get("rank", np.arange(P)), int)
+    wr = wr[wr < P] if wr.size else np.arange(P)
+    out = {}
+    for ph in PHASES:
+        if ph not in tm:
+            continue
+        row = np.asarray(tm[ph][t], float)
+        v = row[wr].mean() if ph in ("grad", "compress") else row[0] if ph == "server" else row.mean()
+        out[ph] = 1e3 * v / k
+    out["iter"] = 1e3 * tm["iter"][t, 0] / k
+    return out
+
+
+PHASE_BAR_LABELS = {
+    "grad": "gradient",
+    "compress": "compress (and own decode)",
+    "comm_up": "comm up: Gather+Gatherv (rank 0: incl. waiting for the slowest worker)",
+    "server": "server: decode, aggregate, step",
+    "comm_down": "comm down: Bcast (workers: incl. waiting for the server step)",
+}
+
+
+def phase_bars(ms) -> list:
+    """Per method, the phase breakdown of two kinds of rank, from :meth:`phases_frame`: rank 0 and
+    the mean worker rank (ranks ≥ 1), each in ms per iteration, mean over seeds. Each bar is one
+    rank's own iteration, so its stack adds up to that rank's whole iteration (``iter``)."""
+    from hpcgc.frames import phases_frame
+    out = []
+    for m in sorted(ms, key=lambda m: (m.panel[:-1] != ms[0].panel[:-1], m.ranks)):
+        df = phases_frame([ri.run for ri in m.runs])
+        if df.empty:
+            continue
+        bars = {}
+        for who, sel in (("rank 0", df["rank"] == 0), ("workers", df["rank"] > 0)):
+            part = df[sel]
+            if part.empty:
+                continue
+            # mean over the ranks of the group within a run, then over the runs (seeds)
+            per_run = part.groupby(["run_id", "file", "phase"])["ms_per_iteration"].mean()
+            bars[who] = per_run.groupby(level="phase").mean().to_dict()
+        out.append((m, bars))
+    return out
+
+
+def fig_phases(ms, out, formats) -> list[Path]:
+    rows = phase_bars(ms)
+    if not rows:
+        return []
+    plt = _plt()
+    multi_p = len({m.ranks for m, _ in rows}) > 1
+    n = len(rows)
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.25 * n + 2.5), 6.2))
+    width = 0.38
+    xs, labels = [], []
+    for i, (m, bars) in enumerate(rows):
+        for j, who in enumerate(("rank 0", "workers")):
+            if who not in bars:
+                continue
+            x = i + (j - 0.5) * (width + 0.04)
+            bottom = 0.0
+            for ph in PHASES:
+                v = bars[who].get(ph, 0.0)
+                ax.bar(x, v, bottom=bottom, width=width, color=PHASE_COLORS[ph], edgecolor="white", lw=0.5,
+                       label=PHASE_BAR_LABELS[ph] if (i == 0 and j == 0) else None)
+                bottom += v
+            ax.text(x, bottom, "0" if who == "rank 0" else "W", ha="center", va="bottom", fontsize=8)
+        xs.append(i)
+        labels.append(m.label + (f"\n{m.ranks} ranks" if multi_p else ""))
+    ax.set_xticks(xs)
+    ax.set_xticklabels(labels, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("time per iteration [ms]")
+    ax.margins(y=0.08)
+    ranks = sorted({m.ranks for m, _ in rows})
+    ax.set_title("Time per iteration by phase" + ("" if multi_p else f", {ranks[0]} ranks") +
+                 "\nbars: 0 = rank 0, W = mean worker rank (ranks ≥ 1); mean over iterations and seeds",
+                 fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    handles, labs = ax.get_legend_handles_labels()
+    fig.legend(handles, labs, loc="lower center", ncol=1, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 1.15 / fig.get_figheight(), 1, 1))
+    return _save(fig, out, "phases", formats)
+
+
+def matplotlib_null():
+    from matplotlib.ticker import NullLocator
+    return NullLocator()
+
+
+def fig_scaling(ms, per_run, out, formats) -> list[Path]:
+    groups: dict = {}
+    for m in ms:
+        groups.setdefault((m.key[0]), []).append(m)
+    groups = {k: sorted(v, key=lambda m: m.ranks) for k, v in groups.items() if len({m.ranks for m in v}) > 1}
+    if not groups:
+        return []
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    for ms_ in groups.values():
+        P = [m.ranks for m in ms_]
+        it_ms = [np.mean([phase_ms(ri).get("iter", np.nan) for ri in m.runs]) for m in ms_]
+        tte = [_mean_if_all([per_run[id(ri)]["time_to_eps_s"] for ri in m.runs]) for m in ms_]
+        up = [np.mean([per_run[id(ri)]["wire_bytes_up"] / max(per_run[id(ri)]["iterations"], 1) for ri in m.runs])
+              for m in ms_]
+        m0 = ms_[0]
+        lab = m0.label.split(" (")[0]
+        for ax, v in zip(axes, (it_ms, tte, up)):
+            ax.plot(P, v, marker="o", color=m0.color, linestyle=m0.linestyle, label=lab)
+    from matplotlib.ticker import FuncFormatter
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ticks = sorted({m.ranks for v in groups.values() for m in v})
+    for ax, yl in zip(axes, ("time per iteration [ms]", "time to ε [s]", "uplink bytes per iteration [B]")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.xaxis.set_minor_locator(matplotlib_null())
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
+        ax.set_xlabel("MPI ranks")
+        ax.set_ylabel(yl)
+        ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle("Scaling with the number of ranks\n(mean over seeds; time to ε only where every seed "
+                 "reached ε)", fontsize=11)
+    _bottom_legend(fig, axes[0], len(groups))
+    return _save(fig, out, "scaling", formats)
+
+
+def fig_projection(ms, panel, out, formats, nets, gather, eps, metric) -> list[Path]:
+    plt = _plt()
+    group = [m for m in ms if m.panel == panel]
+    if not any(np.isfinite(_col(ri.run, metric) if _col(ri.run, metric) is not None else [np.nan]).any()
+               for m in group for ri in m.runs):
+        return []
+    fig, axes = plt.subplots(1, len(nets) + 1, figsize=(4.6 * (len(nets) + 1), 4.3), sharey=True)
+    for j, net in enumerate([None, *nets]):
+        ax = axes[j]
+        for m in group:
+            curves = []
+            for ri in m.runs:
+                c = proj.costs(ri.run)
+                x = c.measured if net is None else proj.project(c, net, gather)
+                curves.append((x, _col(ri.run, metric)))
+            _draw(ax, m, curves, log=True, label=(j == 0))
+        ax.set_yscale("log")
+        ax.set_xscale("log")
+        from matplotlib.ticker import NullFormatter
+        ax.xaxis.set_minor_formatter(NullFormatter())      # minor labels collide on a short log range
+        ax.axhline(eps, color="0.4", lw=0.8, ls=(0, (4, 3)))
+        ax.set_xlabel("wall-clock [s]" + (" (measured here)" if net is None else " (projected)"))
+        ax.set_title("measured on this machine" if net is None else net.describe(), fontsize=9)
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0].set_ylabel(Y_LABELS.get(metric, metric))
+    fig.suptitle(f"Projected convergence — {panel_title(panel)}\n(α–β model, {gather} gather + binomial "
+                 "broadcast, measured compute; docs/projection.md)", fontsize=11)
+    _bottom_legend(fig, axes[0], len(group))
+    return _save(fig, out, "projection" + _suffix(ms, panel), formats)
+
+
+# -- report.html ---------------------------------------------------------------------------------------
+HTML_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; font-size: 0.8em; margin: 0.5em 0 1.5em; display: block; overflow-x: auto; }
+th, td { border: 1px solid #ddd; padding: 0.25em 0.5em; text-align: right; white-space: nowrap; }
+th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; }
+figure { margin: 1em 0 2em; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { font-size: 0.85em; color: #555; } code { font-size: 0.9em; }
+.note { color: #8a4b00; }
+"""
+
+FIGURE_CAPTIONS = {
+    "convergence": "f(x) − f* and ‖x − x*‖²/‖x⁰ − x*‖² against model bits per worker, iterations and "
+                   "wall-clock; colour: compressor, line style: algorithm; band: min–max over seeds.",
+    "convergence_bits": "The same against model bits per worker alone, sized for one journal column.",
+    "convergence_wall": "The same against the wall-clock of the iteration loop, sized for one journal column.",
+    "accuracy": "Accuracy against iterations; mean over seeds, band: min–max.",
+    "projection": "Convergence against the wall-clock measured here and projected onto other networks "
+                  "(α–β model, docs/projection.md).",
+    "phases": "Time per iteration by phase, for rank 0 (0) and the mean worker rank (W); each stack is "
+              "that rank's own iteration.",
+    "scaling": "Time per iteration, time to ε and uplink bytes per iteration against the rank count.",
+}
+
+
+def _esc(v) -> str:
+    import html
+    return html.escape(str(v))
+
+
+def html_table(rows, columns) -> str:
+    head = "".join(f"<th>{_esc(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{_esc(_md_value(r.get(c, '')))}</td>" for c in columns) + "</tr>"
+                   for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def provenance_rows(coll) -> list[dict]:
+    """One row per input file: where and with what it was produced (the file's root attributes)."""
+    out, seen = [], set()
+    for ri in coll.runs:
+        if ri.path in seen:
+            continue
+        seen.add(ri.path)
+        a = ri.run.file_attrs
+        hosts = a.get("hostnames", "")
+        out.append({"file": str(ri.path), "runs": sum(1 for x in coll.runs if x.path == ri.path),
+                    "complete": a.get("complete", ""), "created": a.get("created", ""),
+                    "hpcgc": a.get("hpcgc_version", ""),
+                    "git commit": str(a.get("git_commit", ""))[:12] + ("+dirty" if a.get("git_dirty") else ""),
+                    "MPI library": a.get("mpi_library_version", ""), "ranks": a.get("world_size", ""),
+                    "hosts": ",".join(map(str, hosts)) if isinstance(hosts, list) else hosts,
+                    "command line": a.get("command_line", ""),
+                    "SLURM job": a.get("slurm_job_id", "")})
+    return out
+
+
+PROVENANCE_COLUMNS = ("file", "runs", "complete", "created", "hpcgc", "git commit", "MPI library", "ranks", "hosts",
+                      "command line", "SLURM job")
+
+
+def write_html(path: Path, *, coll, ms, mrows, prow, run_rows, pcols, eps_txt, base_txt, sections=()) -> Path:
+    """``report.html``: one self-contained file (figures as embedded PNG data, no external resource)
+    with the tables, the notes and the provenance of every input file. ``sections``: extra
+    (title, html) pairs, e.g. a break-even analysis when one is present."""
+    import base64
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+             "<title>hpcgc report</title>", f"<style>{HTML_STYLE}</style></head><body>",
+             "<h1>hpcgc report</h1>",
+             f"<p>{len(coll.runs)} run(s) from {len(coll.files) - len(coll.skipped)} file(s), {len(ms)} method(s); "
+             f"ε: <code>{_esc(eps_txt)}</code>; baseline: {_esc(base_txt)}.</p>"]
+    if coll.notes:
+        parts += ["<h2>Notes on the inputs</h2><ul>"] + [f'<li class="note">{_esc(n)}</li>' for n in coll.notes] + \
+                 ["</ul>"]
+    parts += ["<h2>Methods</h2>", html_table(mrows, METHOD_COLUMNS),
+              "<p>Empty / — : not reached by every seed (see <code>reached</code>) or not applicable. "
+              "Ratios: the method's value over the baseline's (&lt; 1: better).</p>",
+              "<h2>Figures</h2>"]
+    for stem, (png, dpi) in _RENDERED.items():
+        cap = FIGURE_CAPTIONS.get(stem.split("-")[0], "")
+        data = base64.b64encode(png).decode("ascii")
+        width = int.from_bytes(png[16:20], "big") * 130 // dpi      # every figure at the same scale
+        parts.append(f'<figure id="{_esc(stem)}"><img alt="{_esc(stem)}" width="{width}" '
+                     f'src="data:image/png;base64,{data}">'
+                     f"<figcaption><b>{_esc(stem)}</b>. {_esc(cap)}</figcaption></figure>")
+    parts += ["<h2>Projected time to ε on other networks</h2>", html_table(prow, pcols)]
+    for title, body in sections:
+        parts += [f"<h2>{_esc(title)}</h2>", body]
+    parts += ["<h2>Runs</h2>", html_table(run_rows, RUN_COLUMNS),
+              "<h2>Provenance of the inputs</h2>", html_table(provenance_rows(coll), PROVENANCE_COLUMNS)]
+    parts += ["<p>Written by <code>hpcgc report</code>; the same tables as CSV beside this file "
+              "(<code>table.csv</code>, <code>runs.csv</code>, <code>projection.csv</code>).</p></body></html>"]
+    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    return path
+
+
+# -- the report ---------------------------------------------------------------------------------------
+def report(paths, out, eps=1e-8, baseline=None, metric="suboptimality", logx=False, nets=None,
+           gather="linear", strict=False, formats=("png", "pdf"), log=None) -> dict:
+    out = Path(out)
+    coll = collect(paths, strict=strict)
+    ms = methods(coll)
+    _style(ms)
+    coll.methods = ms
+    base = choose_baseline(ms, baseline, lambda m: _all_reach(m, eps, metric))
+    nets = nets or [proj.PRESETS[k] for k in proj.PRESETS]
+    out.mkdir(parents=True, exist_ok=True)
+    _RENDERED.clear()
+    for note in coll.notes:
+        (log or (lambda t: print(t, file=sys.stderr)))(f"# note: {note}")
+
+    from hpcgc.frames import runs_frame
+    summaries = runs_frame([ri.run for ri in coll.runs]).to_dict("records")     # the runs as pandas reads them
+    per_run = {id(ri): run_metrics(ri, eps, metric, sm) for ri, sm in zip(coll.runs, summaries)}
+    mrows = method_rows(ms, per_run, base)
+    prow = projection_rows(coll, eps, nets, gather, metric, baseline)
+    figures = []
+    panels = list(dict.fromkeys(m.panel for m in ms))
+    for panel in panels:
+        figures += fig_convergence(ms, panel, out, formats, eps, metric, logx)
+        for which in ("bits", "wall"):
+            figures += fig_convergence_column(ms, panel, out, formats, eps, metric, which, logx)
+        figures += fig_accuracy(ms, panel, out, formats)
+        figures += fig_projection(ms, panel, out, formats, nets, gather, eps, metric)
+    figures += fig_phases(ms, out, formats)
+    figures += fig_scaling(ms, per_run, out, formats)
+
+    write_csv(out / "runs.csv", [per_run[id(ri)] for ri in coll.runs], RUN_COLUMNS)
+    write_csv(out / "table.csv", mrows, METHOD_COLUMNS)
+    pcols = projection_columns(nets)
+    write_csv(out / "projection.csv", prow, pcols)
+    eps_txt = f"{metric} ≤ {eps:g}"
+    base_txt = "; ".join(f"{panel_title(p)}: {b.label}" for p, b in base.items())
+    table_md = markdown_table(mrows, METHOD_COLUMNS, title=f"Methods (ε: {eps_txt}; baseline: {base_txt})")
+    (out / "table.md").write_text(table_md + "\n")
+    proj_md = markdown_table(prow, pcols, title=f"Projected time to {eps_txt}: " +
+                             "; ".join(n.describe() for n in nets) + f"; {gather} gather, binomial broadcast")
+    (out / "projection.md").write_text(proj_md + "\n")
+
+    lines = ["# hpcgc report", "",
+             (f"{len(coll.runs)} run(s) from {len(coll.files) - len(coll.skipped)} file(s), "
+              f"{len(ms)} method(s), ε: {eps_txt}."), ""]
+    if coll.notes:
+        lines += ["## Notes on the inputs", ""] + [f"- {n}" for n in coll.notes] + [""]
+    lines += ["## Tables", "", table_md, "", proj_md, "",
+              ("Per-run values: `runs.csv`; the same tables as CSV: `table.csv`, `projection.csv`. "
+               "Empty / — : not reached by every seed (see `reached`) or not applicable."), "",
+              "## Figures", ""]
+    lines += [f"- [{p.name}]({p.name})" for p in figures if p.suffix == ".png"]
+    lines += ["", "## Inputs", ""] + [f"- {f}" for f in coll.files]
+    lines += ["", "Everything above in one self-contained file, figures included: [report.html](report.html)."]
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    write_html(out / "report.html", coll=coll, ms=ms, mrows=mrows, prow=prow,
+               run_rows=[per_run[id(ri)] for ri in coll.runs], pcols=pcols, eps_txt=eps_txt, base_txt=base_txt)
+    return {"collection": coll, "methods": ms, "method_rows": mrows, "run_rows": [per_run[id(ri)] for ri in coll.runs],
+            "projection_rows": prow, "figures": figures, "out": out}
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="hpcgc report",
+        description="Figures and tables from hpcgc results files (docs/analysis.md).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  hpcgc report results/default-20261122T054155Z.h5 -o report/\n"
+               "  hpcgc report results/diana-vs-dcgd-a9a/ -o report/a9a --baseline dcgd:qsgd:s=4")
+    p.add_argument("results", nargs="+", help="results files (.h5, .h5.partial) and/or directories of them")
+    p.add_argument("-o", "--out", required=True, metavar="OUTDIR", help="output directory (created)")
+    p.add_argument("--baseline", metavar="ALG:COMPRESSOR",
+                   help="method the ratios refer to, e.g. dcgd:qsgd:s=2 (default: the first method of each panel)")
+    p.add_argument("--eps", type=float, default=1e-8, help="target ε for the *-to-ε columns (default 1e-8)")
+    p.add_argument("--metric", default="suboptimality", choices=("suboptimality", "dist_to_opt", "grad_norm_sq"),
+                   help="series compared against ε (default suboptimality = f(x) − f*)")
+    p.add_argument("--logx", action="store_true", help="log scale also on the bits and wall-clock axes")
+    p.add_argument("--network", nargs="+", default=list(proj.PRESETS), metavar="GBPS",
+                   help="networks for the projection, Gb/s (presets 1 10 100)")
+    p.add_argument("--latency-us", type=float, default=None, help="α [µs] for every projected network")
+    p.add_argument("--gather", choices=("linear", "tree"), default="linear", help="gather model of the projection")
+    p.add_argument("--format", default="png,pdf", help="figure formats, comma-separated (default png,pdf)")
+    p.add_argument("--strict", action="store_true", help="fail if any file cannot be read (default: skip it, say so)")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        nets = [proj.network(s, args.latency_us) for s in args.network]
+        r = report(args.results, args.out, eps=args.eps, baseline=args.baseline, metric=args.metric,
+                   logx=args.logx, nets=nets, gather=args.gather, strict=args.strict,
+                   formats=tuple(f.strip() for f in args.format.split(",") if f.strip()))
+    except (AnalysisError, ValueError) as exc:
+        print(f"analysis: error: {exc}", file=sys.stderr)
+        return 2
+    print(markdown_table(r["method_rows"], METHOD_COLUMNS))
+    print(f"# wrote {len(r['figures'])} figure file(s), table.csv/.md, runs.csv, projection.csv/.md, "
+          f"report.md and report.html to {r['out']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
