@@ -227,6 +227,8 @@ def merge(cfg: dict, user: dict, source: str, problems: list | None = None) -> d
             cfg[top] = val
         elif top in SCHEMA and isinstance(val, dict):
             each(((top, k, v) for k, v in val.items()), section_key)
+        elif top in SCHEMA:
+            raise ConfigError(f"{source}: [{top}] must be a table, got {type(val).__name__} {val!r}")
         else:
             raise ConfigError(f"{source}: unknown key or section {top!r}; sections: "
                               f"{', '.join(s for s in SCHEMA if s)}, sweep")

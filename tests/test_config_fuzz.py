@@ -44,6 +44,13 @@ def _lit(v) -> str:
     return repr(v)
 
 
+def _one_line_each(msg):
+    """A user error: one line per problem (several independent mistakes are all reported), no traceback."""
+    lines = msg.split("\n")
+    assert msg and all(line.strip() for line in lines) and "Traceback" not in msg, msg
+    assert len(lines) == len(set(lines)), msg      # each problem once
+
+
 def _validate(cfg):
     for rp in plan(cfg):
         config.to_toml(rp.cfg)                        # every accepted run config must also be writable
@@ -58,8 +65,7 @@ def test_set_overrides_never_crash(pairs):
         cfg = config.apply_overrides(config.default_experiment(), args)
         _validate(cfg)
     except UserError as exc:
-        msg = str(exc)
-        assert msg and "\n" not in msg and "Traceback" not in msg, msg
+        _one_line_each(str(exc))
 
 
 @seed(20261125)
@@ -71,7 +77,7 @@ def test_toml_documents_never_crash(doc):
     try:
         _validate(config.merge(config.defaults(), doc, "fuzz.toml"))
     except UserError as exc:
-        assert str(exc) and "\n" not in str(exc), str(exc)
+        _one_line_each(str(exc))
 
 
 @pytest.mark.parametrize("arg,needle", [
