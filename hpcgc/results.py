@@ -51,7 +51,8 @@ def refuse_existing(path) -> None:
     path = Path(path)
     for p in (path, path.with_name(path.name + PARTIAL_SUFFIX), path.with_name(path.name + CHECKPOINT_SUFFIX)):
         if p.exists():
-            raise FileExistsError(f"{p} exists; choose another -o, or pass --overwrite to replace it")
+            resume = "" if p == path else "pass --resume to continue the interrupted invocation, "
+            raise FileExistsError(f"{p} exists; {resume}choose another -o, or pass --overwrite to replace it")
 
 
 class WriteFailed(UserError):

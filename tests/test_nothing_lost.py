@@ -29,6 +29,10 @@ def test_existing_file_is_refused_and_overwrite_replaces_it(tmp_path):
     (tmp_path / "r.h5.partial").write_bytes(b"left by a killed job")
     p = run_mpi(2, [*SHORT, "-o", str(out)])
     assert p.returncode == 2 and "r.h5" in _errors(p)[0]
+    out.unlink()                                   # only the .partial of an interrupted invocation left
+    p = run_mpi(2, [*SHORT, "-o", str(out)])
+    (msg,) = _errors(p)
+    assert p.returncode == 2 and "r.h5.partial" in msg and "--resume" in msg and "--overwrite" in msg
     p = run_mpi(2, [*SHORT, "-o", str(out), "--overwrite"])
     assert p.returncode == 0, p.stderr
     assert results.load(out).complete and not (tmp_path / "r.h5.partial").exists()
