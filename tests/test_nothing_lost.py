@@ -108,7 +108,7 @@ def test_signal_stops_gracefully_and_keeps_the_running_run(tmp_path, sig, code, 
     assert p.returncode == code, err
     assert took < 5, took
     lines = [line for line in err.splitlines() if line.startswith("hpcgc: interrupted")]
-    assert len(lines) == 1 and str(partial) in lines[0], err
+    assert len(lines) == 1 and str(partial) in lines[0] and "--resume" in lines[0], err
     res = results.load(partial)
     assert not res.complete and not out.exists()
     run = res[0]

@@ -192,5 +192,6 @@ def stop_on_signal(t: Transport, summaries, next_run, writer):
                                                  if cut else "")
         where = writer.partial if writer is not None else "no results file"
         msg = (f"interrupted by {signal.Signals(signum).name}: {kept} kept in {where} (complete = false)"
-               + (f"; {next_run} and later runs not started" if next_run else ""))
+               + (f"; {next_run} and later runs not started" if next_run else "")
+               + ("; to continue, run the same command with --resume" if writer is not None else ""))
     raise Interrupted(signum, msg)
