@@ -13,6 +13,7 @@ import numpy as np
 from .. import algorithms, allocation, compressors, config, exchange
 from ..errors import ConfigError
 from ..exchange.base import CONTINUE
+from ..problems import BINARY_KINDS
 from ..transport import LENGTH_BYTES, PHASES, Transport
 from .checkpoint import Checkpointer, Policy, RunState
 from .loop import iterate
@@ -149,13 +150,13 @@ class Run:
             out["dist_to_opt"] = float(np.sum((x - s.opt.x) ** 2)) / x0_dist if x0_dist > 0 else 0.0
         if s.model is not None:
             out["train_accuracy"] = s.global_obj.accuracy(x)
-        elif s.global_obj.kind == "logreg":
+        elif s.global_obj.kind in BINARY_KINDS:
             out["train_accuracy"] = binary_accuracy(s.global_obj, x)
         if s.test is not None:
             out["test_loss"] = s.test.full_loss(x)
             if s.model is not None:
                 out["accuracy"] = s.test.accuracy(x)
-            elif s.test.kind == "logreg":
+            elif s.test.kind in BINARY_KINDS:
                 out["accuracy"] = binary_accuracy(s.test, x)
         elif "train_accuracy" in out:
             out["accuracy"] = out["train_accuracy"]
@@ -188,7 +189,9 @@ class Run:
             budgets = Budgets(r, ledger, outcome)
             x0_dist = float(np.sum((x - s.opt.x) ** 2)) if s.opt is not None else 0.0
             bar = ProgressLine(self.rp.run_id, r["iterations"], self.show_progress, crossed, ledger)
-            rules = StopRules(r, s.opt is not None, outcome, None if ex.carries_control else budgets)
+            g0 = s.global_obj.grad(self.x0) if s.opt is None else None    # no f*: tolerance on ‖∇f‖²/‖∇f(x⁰)‖²
+            grad0 = None if g0 is None else float(np.dot(g0, g0))
+            rules = StopRules(r, s.opt is not None, outcome, None if ex.carries_control else budgets, grad0)
             policy = Policy(r["checkpoint_every"], outcome)
 
             def on_step():
@@ -289,6 +292,7 @@ class Run:
              "exchange_rounds": self.exchange_rounds, "f_star": s.opt.f if s.opt else np.nan,
              "x_star_grad_norm": s.opt.grad_norm if s.opt else np.nan,
              "f_star_method": s.opt.method if s.opt else "none (nonconvex or no reference)", "L_max": s.L_max, "setup_seconds": s.setup_seconds,
-             "iterations": r["iterations"], "eval_every": r["eval_every"], "batch": r["batch"]}
+             "iterations": r["iterations"], "eval_every": r["eval_every"], "batch": r["batch"],
+             "stop_measure": "f - f*" if s.opt else "grad_norm_sq / grad_norm_sq[0]"}
         a.update(self.alg.describe())
         return a
