@@ -66,6 +66,9 @@ from ..problems import CONVEX_KINDS, NONCONVEX_KINDS
 
 STRONGLY_CONVEX, SMOOTH, NO_CONSTANT = "strongly convex", "smooth nonconvex", "no smoothness constant"
 LEARNING_RATE = "learning-rate"
+_NEEDS = {STRONGLY_CONVEX: "a strongly convex problem (logreg, ridge)",
+          SMOOTH: "a smoothness constant (logreg, ridge, sigmoid-loss)"}
+_IS = {STRONGLY_CONVEX: "is strongly convex", SMOOTH: "is nonconvex", NO_CONSTANT: "has no smoothness constant"}
 
 
 def problem_class(kind: str) -> str:
@@ -146,7 +149,7 @@ class Algorithm:
         order = (STRONGLY_CONVEX, SMOOTH, NO_CONSTANT)
         if order.index(needs) < order.index(pclass):
             fits = [k for k, v in cls.step_rules.items() if order.index(v) >= order.index(pclass)]
-            return (f"run.step_rule = {rule!r} needs a {needs} problem; problem.kind = {kind!r} is {pclass}: "
+            return (f"run.step_rule = {rule!r} needs {_NEEDS[needs]}; problem.kind = {kind!r} {_IS[pclass]}: "
                     f"use {' or '.join(repr(f) for f in ['auto', *fits])}")
         if rule == LEARNING_RATE and not (r.get("learning_rate") or 0) > 0:
             return (f"run.learning_rate is required for {name!r} on problem.kind = {kind!r} with step rule "
