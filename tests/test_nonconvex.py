@@ -198,3 +198,47 @@ def test_learning_rate_key_zero_means_not_set():
                            weights=np.full(2, 0.5), problem_info={"segments": [("x", 0, 4, (4,))]},
                            options={"learning_rate": 0.0, "local_steps": 1, "batch": 0})
     assert lsgd.lr == 0.1
+
+
+def test_experiment_file_selects_nonconvex_problems_and_step_rules(tmp_path):
+    """What the DIANA-paper experiment files need: sigmoid-loss, softmax/mlp with dcgd/diana,
+    run.step_rule and run.learning_rate, in [run], [sweep] and [[variant]] tables."""
+    f = tmp_path / "nonconvex.toml"
+    f.write_text('''
+name = "nonconvex"
+[data]
+dataset = "breast-cancer"
+[problem]
+kind = "sigmoid-loss"
+l2 = 0.05
+[run]
+compressor = "qsgd:s=2"
+step_rule = "horvath-thm4"
+step_multiplier = 10.0
+tolerance = 1e-6
+[sweep]
+algorithm = ["diana", "dcgd"]
+[[variant]]
+label = "theory"
+[[variant]]
+label = "mlp"
+problem.kind = "mlp"
+run.step_rule = "learning-rate"
+run.learning_rate = 0.1
+run.momentum = 0.9
+[[variant]]
+label = "logreg-paper9107"
+problem.kind = "logreg"
+run.step_rule = "paper9107"
+''')
+    cfg = config.load_file(str(f))
+    assert check(cfg) == []
+    grid = config.expand(cfg)
+    assert [(g["problem"]["kind"], g["run"]["step_rule"], g["run"]["algorithm"]) for g in grid] == [
+        ("sigmoid-loss", "horvath-thm4", "diana"), ("sigmoid-loss", "horvath-thm4", "dcgd"),
+        ("mlp", "learning-rate", "diana"), ("mlp", "learning-rate", "dcgd"),
+        ("logreg", "paper9107", "diana"), ("logreg", "paper9107", "dcgd")]
+    assert grid[2]["run"]["learning_rate"] == 0.1
+    # the resolved config round-trips through the results file's TOML text
+    back = config.merge(config.defaults(), config.tomllib.loads(config.to_toml(grid[2])), "results file")
+    assert back["run"]["step_rule"] == "learning-rate" and back["problem"]["kind"] == "mlp"
