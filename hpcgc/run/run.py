@@ -48,6 +48,7 @@ class RunSummary:
     phase_ms: dict
     median_iter_ms: float
     wire_over_model: float
+    grad_ratio: float = np.nan          # ‖∇f(x)‖²/‖∇f(x⁰)‖² at the last evaluation (problems without f*)
 
 
 class Run:
@@ -84,6 +85,7 @@ class Run:
         # identical on every rank: what shared-seed compressors draw from (same coordinates everywhere)
         self.shared_rng = np.random.default_rng(np.random.SeedSequence(self.r["seed"], spawn_key=(SHARED_STREAM,)))
         self.shared = any(c.shared_randomness for c in self.comps)
+        self.grad0 = None               # rank 0: ‖∇f(x⁰)‖² on problems without f* (the tolerance's reference)
 
     def _per_worker_compressors(self) -> list:
         """Worker i's compressor: with a budget, an allocation sets each worker's kept fraction δ_i,
@@ -190,7 +192,7 @@ class Run:
             x0_dist = float(np.sum((x - s.opt.x) ** 2)) if s.opt is not None else 0.0
             bar = ProgressLine(self.rp.run_id, r["iterations"], self.show_progress, crossed, ledger)
             g0 = s.global_obj.grad(self.x0) if s.opt is None else None    # no f*: tolerance on ‖∇f‖²/‖∇f(x⁰)‖²
-            grad0 = None if g0 is None else float(np.dot(g0, g0))
+            grad0 = self.grad0 = None if g0 is None else float(np.dot(g0, g0))
             rules = StopRules(r, s.opt is not None, outcome, None if ex.carries_control else budgets, grad0)
             policy = Policy(r["checkpoint_every"], outcome)
 
@@ -263,7 +265,9 @@ class Run:
             status=outcome.status, stop_reason=outcome.reason, iterations=done,
             suboptimality=float(last_row.get("suboptimality", np.nan)) if outcome.status != "diverged" else np.nan,
             mb_up=float(ledger.wire[crossed].sum()) / 8e6, phase_ms=mean_ms, median_iter_ms=med_iter,
-            wire_over_model=float(ledger.wire.sum() - header) / model_total if model_total else np.nan)
+            wire_over_model=float(ledger.wire.sum() - header) / model_total if model_total else np.nan,
+            grad_ratio=(float(last_row.get("grad_norm_sq", np.nan)) / self.grad0
+                        if self.grad0 and outcome.status != "diverged" else np.nan))
 
     def estimated_bytes(self) -> int:
         """Upper estimate of this run's share of the results file (checked against free space)."""
