@@ -10,6 +10,11 @@ DCGD (distributed compressed gradient descent) is the same recursion with α = 0
 QSGD it is QSGD (Alistarh et al. 2017), with ℓ∞ ternary quantization TernGrad (Wen et al. 2017),
 with full local gradients DQGD (Khirirat et al. 2018) — one implementation (`spec/decisions.md`).
 
+Step size γ = run.step_multiplier × a named rule (``run.step_rule``, :data:`STEP_RULES`, each citing
+its theorem or code line): strongly convex rules on logreg/ridge (default ``flpytorch``), the
+nonconvex Thm 4 of Horváth et al. on the sigmoid loss, ``run.learning_rate`` on softmax/mlp — both
+methods set ``nonconvex_ok`` (the DIANA abstract claims rates in the nonconvex setting too).
+
 Interface: :class:`hpcgc.algorithms.base.Algorithm`. The worker updates its shift with the
 *decoded own payload*, i.e. exactly what the server decodes, so h = Σ_i w_i h_i holds to rounding.
 Worker i may have its own compressor (per-worker ratios); ω is then the largest of the ω_i.
@@ -162,7 +167,9 @@ class Diana(Algorithm):
                           "A_sgd": problem_info["L_max"]}
         if self.step_rule == LEARNING_RATE:
             self.gamma = mult * learning_rate(options, f"{self.name} with step rule 'learning-rate'")
-        elif not (self.step_rule == "unified" and self.batch):     # unified + batches: γ after set_agreed
+        elif self.step_rule == "unified" and self.batch:
+            self.gamma = math.nan        # needs every worker's A_i: set by set_agreed before the first step
+        else:
             self.gamma = mult * STEP_RULES[self.step_rule][1](self.constants)
 
     # the unified rule with mini-batches needs every worker's expected smoothness A_i (max-reduced)
