@@ -242,3 +242,31 @@ run.step_rule = "paper9107"
     # the resolved config round-trips through the results file's TOML text
     back = config.merge(config.defaults(), config.tomllib.loads(config.to_toml(grid[2])), "results file")
     assert back["run"]["step_rule"] == "learning-rate" and back["problem"]["kind"] == "mlp"
+
+
+def test_an_algorithm_opts_in_with_the_flag(monkeypatch):
+    """The generic mechanism other algorithms (error feedback) use: ``nonconvex_ok`` + step rules."""
+    from hpcgc.algorithms import REGISTRY
+    from hpcgc.algorithms.base import LEARNING_RATE, NO_CONSTANT, Algorithm
+
+    class Plain(Algorithm):
+        pass
+
+    class Opted(Algorithm):
+        nonconvex_ok = True
+        step_rules = {"mine": STRONGLY_CONVEX, LEARNING_RATE: NO_CONSTANT}
+        auto_rules = {STRONGLY_CONVEX: "mine", NO_CONSTANT: LEARNING_RATE}
+
+    monkeypatch.setitem(REGISTRY, "plain", (Plain, "test"))
+    monkeypatch.setitem(REGISTRY, "opted", (Opted, "test"))
+    r = {"algorithm": "plain", "step_rule": "auto", "learning_rate": 0.0}
+    assert Plain.check_problem("logreg", r) is None
+    assert "Algorithms that run on it: dcgd, diana, local-sgd, opted" in Plain.check_problem("mlp", r)
+    r = {**r, "algorithm": "opted"}
+    assert Opted.check_problem("logreg", r) is None and Opted.resolve_step_rule("ridge") == "mine"
+    assert "run.learning_rate is required" in Opted.check_problem("softmax", r)
+    assert Opted.check_problem("softmax", {**r, "learning_rate": 0.1}) is None
+    assert Opted.check_problem("sigmoid-loss", r).startswith(
+        "algorithm 'opted' has no default step rule on problem.kind = 'sigmoid-loss': set run.step_rule to "
+        "'learning-rate'")
+    assert Opted.check_problem("sigmoid-loss", {**r, "step_rule": LEARNING_RATE, "learning_rate": 0.1}) is None

@@ -40,8 +40,10 @@ is read). Every problem kind falls in one class (:func:`problem_class`):
 An algorithm runs on STRONGLY_CONVEX problems only, unless it sets
 
     nonconvex_ok = True      it also runs on SMOOTH and NO_CONSTANT problems (DIANA, DCGD; the
-                             error-feedback methods opt in the same way). Its ``step_rules`` must
-                             then include a rule for SMOOTH problems and 'learning-rate'.
+                             error-feedback methods opt in the same way). Its ``step_rules`` should
+                             then include 'learning-rate' (the only rule NO_CONSTANT problems admit)
+                             and, where the theory has one, a SMOOTH rule; ``auto_rules`` names the
+                             default per class (a class without one needs an explicit run.step_rule).
 
 ``step_rules`` maps each name ``run.step_rule`` may take to the problem class it needs (a
 STRONGLY_CONVEX rule needs μ or strong-convexity theory, a SMOOTH rule needs L, NO_CONSTANT rules —
@@ -147,8 +149,13 @@ class Algorithm:
         rule = cls.resolve_step_rule(kind, rule)
         needs = cls.step_rules.get(rule, STRONGLY_CONVEX)
         order = (STRONGLY_CONVEX, SMOOTH, NO_CONSTANT)
+        fits = [k for k, v in cls.step_rules.items() if order.index(v) >= order.index(pclass)]
+        if rule is None and not cls.step_rules:      # its own step (DIANA+), on strongly convex problems
+            return None
+        if rule is None:                             # 'auto' has no default for this problem class
+            return (f"algorithm {name!r} has no default step rule on problem.kind = {kind!r}: set run.step_rule "
+                    f"to {' or '.join(repr(f) for f in fits) or 'a rule'}")
         if order.index(needs) < order.index(pclass):
-            fits = [k for k, v in cls.step_rules.items() if order.index(v) >= order.index(pclass)]
             return (f"run.step_rule = {rule!r} needs {_NEEDS[needs]}; problem.kind = {kind!r} {_IS[pclass]}: "
                     f"use {' or '.join(repr(f) for f in ['auto', *fits])}")
         if rule == LEARNING_RATE and not (r.get("learning_rate") or 0) > 0:
