@@ -144,8 +144,12 @@ def cmd_list(args) -> int:
         which = "every compressor" if len(riders) == len(compressors.available()) else ", ".join(
             "randk (shared_seed=true)" if c == "randk" else c for c in riders)
         print(f"  {name:12s} {cls.summary}; compressors: {which}")
-    print("problems:\n  logreg       l2-regularized logistic regression (labels mapped to ±1)\n"
-          "  ridge        l2-regularized least squares")
+    print("problems (problem.kind):\n  logreg       l2-regularized logistic regression (labels mapped to ±1)\n"
+          "  ridge        l2-regularized least squares\n"
+          "  sigmoid-loss nonconvex (1 - sigmoid(y a'x))^2 + l2/2 |x|^2 (labels ±1; L known, no f*)\n"
+          "  softmax      multinomial logistic regression (local-sgd; dcgd/diana with run.learning_rate)\n"
+          "  mlp          one-hidden-layer ReLU network (local-sgd; dcgd/diana with run.learning_rate)\n"
+          f"step rules (run.step_rule, dcgd/diana): {', '.join(['auto', *algorithms.get('diana').step_rules])}")
     return 0
 
 

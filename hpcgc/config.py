@@ -70,7 +70,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "test_fraction": Key(_NUM, 0.0, "fraction of samples held out as a test set (accuracy is measured on it)"),
     },
     "problem": {
-        "kind": Key(str, "logreg", "logreg | ridge (convex, f* known) | softmax | mlp (classifiers, local-sgd)"),
+        "kind": Key(str, "logreg", "logreg | ridge (convex, f* known) | sigmoid-loss (nonconvex, L known) | "
+                    "softmax | mlp (classifiers: local-sgd, or dcgd/diana with run.learning_rate)"),
         "hidden": Key(int, 32, "hidden units of the one-hidden-layer MLP", check=(_positive, "> 0")),
         "l2": Key(_NUM, 1e-2, "weight λ of (λ/2)‖x‖² (strong convexity μ = λ)", check=(_nonneg, ">= 0")),
         "l1": Key(_NUM, 0.0, "weight of l1‖x‖₁, applied by prox on the server", check=(_nonneg, ">= 0")),
@@ -86,16 +87,22 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "iterations": Key(int, 1000, "number of iterations (communication rounds)",
                           check=(_iterations, f"between 1 and {MAX_ITERATIONS:.0e}")),
         "step_multiplier": Key(_NUM, 1.0, "γ = step_multiplier × theoretical step size", check=(_positive, "> 0")),
+        "step_rule": Key(str, "auto", "dcgd/diana step rule: auto | flpytorch | paper9107 | sadiev | unified | "
+                         "horvath-thm4 | learning-rate (auto: flpytorch on logreg/ridge, horvath-thm4 on "
+                         "sigmoid-loss, learning-rate on softmax/mlp; docs/methods.md)"),
         "alpha": Key((str, *_NUM), "theory", "DIANA shift step α ('theory' = 1/(1+ω))"),
         "momentum": Key(_NUM, 0.0, "heavy-ball momentum β in [0, 1)"),
-        "learning_rate": Key(_NUM, 0.1, "local SGD learning rate (local-sgd)", check=(_positive, "> 0")),
+        "learning_rate": Key(_NUM, 0.0, "step size γ where no theory step is used: local-sgd (0 = not set: 0.1), "
+                             "dcgd/diana on softmax/mlp or with step_rule 'learning-rate' (required there)",
+                             check=(_nonneg, ">= 0")),
         "local_steps": Key(int, 1, "local SGD steps per round (local-sgd; 1 = compressed SGD)", check=(_positive, "> 0")),
         "error_feedback": Key(bool, False, "error feedback: compress residual + update, keep the rest (local-sgd)"),
         "batch": Key(int, 0, "mini-batch size per worker (0 = full local gradient)", check=(_nonneg, ">= 0")),
         "seed": Key(int, 0, "random seed (rank r uses SeedSequence(seed).spawn(world_size)[r])",
                     check=(_nonneg, ">= 0")),
         "eval_every": Key(int, 10, "evaluate and record every this many iterations", check=(_positive, "> 0")),
-        "tolerance": Key(_NUM, 0.0, "stop when f − f* <= tolerance (0 = never)", check=(_nonneg, ">= 0")),
+        "tolerance": Key(_NUM, 0.0, "stop when f − f* <= tolerance, or, without f* (sigmoid-loss, softmax, mlp), "
+                         "when ‖∇f(x)‖²/‖∇f(x⁰)‖² <= tolerance (0 = never)", check=(_nonneg, ">= 0")),
         "max_bits": Key(_NUM, 0.0, "stop when a worker has sent this many model bits (0 = no limit)", check=(_nonneg, ">= 0")),
         "max_seconds": Key(_NUM, 0.0, "stop a run after this many seconds of wall time (0 = no limit)", check=(_nonneg, ">= 0")),
         "collective": Key(str, "gather", "how messages travel: 'gather' (parameter server: Gatherv to rank 0, "

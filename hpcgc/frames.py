@@ -138,8 +138,8 @@ def runs_frame(runs):
     ``suboptimality``, ``dist_to_opt``, ``grad_norm_sq``, ``accuracy``), ``model_bits_per_worker``
     and ``wire_bits_per_worker`` (cumulative at the end, mean over workers), ``wire_bits_up_total``
     (all workers), ``bits_down_wire``, ``time_s`` (rank 0's iteration loop, seconds, last finite),
-    ``ms_per_iteration``, ``gamma``, ``omega``, ``f_star``, and the file's provenance
-    (:data:`PROVENANCE`)."""
+    ``ms_per_iteration``, ``gamma``, ``omega``, ``f_star``, ``step_rule`` (empty where the algorithm
+    has none), and the file's provenance (:data:`PROVENANCE`)."""
     pd = _pd()
     out = []
     for r in runs:
@@ -161,6 +161,7 @@ def runs_frame(runs):
         row["ms_per_iteration"] = 1e3 * row["time_s"] / row["iterations"] if row["iterations"] else float("nan")
         for k in ("gamma", "omega", "f_star"):
             row[k] = r.attrs.get(k, float("nan"))
+        row["step_rule"] = r.attrs.get("step_rule", "")
         for k in PROVENANCE:
             v = r.file_attrs.get(k, "")
             row[k] = ",".join(map(str, v)) if isinstance(v, list) else v

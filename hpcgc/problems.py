@@ -6,13 +6,17 @@ and the smoothness-aware papers (Safaryan, Hanzely, Richtárik 2021; Wang, Safar
     min_x  F(x) = f(x) + l1·‖x‖₁,     f(x) = (1/n) Σ_i f_i(x),
     f_i(x) = (1/m_i) Σ_{j ∈ shard i} ℓ(a_jᵀx, y_j) + (l2/2)·‖x‖²,
 
-with ℓ the logistic loss log(1 + exp(−y·t)) (labels ±1) or the squared loss ½(t − y)².
+with ℓ the logistic loss log(1 + exp(−y·t)) (labels ±1), the squared loss ½(t − y)², or the
+nonconvex sigmoid loss φ(y·t) = (1 − σ(y·t))² (labels ±1; the Richtárik group's nonconvex linear
+benchmark, `spec/diana.md` "Group's neural-net and nonconvex runs", code burlachenkok/marina
+`linear_model_with_non_convex_loss`).
 Every objective, local or global, is a weighted sum over rows: the local f_i weighs its rows by
 1/m_i, the global f by 1/(n·m_i), so one class serves both and f* is the optimum of exactly the
 function the workers minimise (also when shards have different sizes).
 
 Smoothness (λ/2 convention, `spec/smoothness.md` §2.3): logistic L_i = λ_max(A_iᵀA_i)/(4m_i) + l2,
-ridge L_i = λ_max(A_iᵀA_i)/m_i + l2; strong convexity μ = l2.
+ridge L_i = λ_max(A_iᵀA_i)/m_i + l2; strong convexity μ = l2. sigmoid-loss L_i =
+sup|φ''|·λ_max(A_iᵀA_i)/m_i + l2, sup|φ''| ≈ 0.154059 (:func:`sigmoid_curvature`); it is nonconvex: no μ, no f*.
 
 The ℓ1 term is never differentiated: algorithms apply it through its prox (soft-thresholding) and
 the reference optimum treats it by the standard split x = u − v, u, v ≥ 0 (L-BFGS-B), which is
@@ -34,8 +38,29 @@ from scipy.special import expit
 
 from .errors import ConfigError
 
-KINDS = ("logreg", "ridge")
+CONVEX_KINDS = ("logreg", "ridge")
+"""Strongly convex for l2 > 0 (μ = l2): a reference optimum x*, f* is solved for them."""
+NONCONVEX_KINDS = ("sigmoid-loss",)
+"""Smooth (L known) but nonconvex: no μ, no f*; runs are measured by ‖∇f(x)‖²."""
+KINDS = CONVEX_KINDS + NONCONVEX_KINDS
+BINARY_KINDS = ("logreg", "sigmoid-loss")
+"""Kinds whose labels are mapped to ±1 (and whose accuracy is that of sign(aᵀx))."""
 DENSE_EIG_MAX_DIM = 2000
+
+
+def sigmoid_curvature() -> float:
+    """sup_t |φ''(t)| for φ(t) = (1 − σ(t))², σ the logistic function: the curvature bound of the
+    sigmoid loss, so that L = sup|φ''|·λ_max(Aᵀ W A) + l2 (W = diag(w), w = 1/m for a shard).
+
+    With s = σ(t), σ' = s(1 − s):  φ'(t) = −2 s (1 − s)²  and  φ''(t) = 2 s (1 − s)² (3s − 1),
+    whose derivative in s is 2 (1 − s)(−12 s² + 9 s − 1). On (0, 1) the extremes are at
+    s± = (9 ± √33)/24: φ'' = +0.154059 at s₊ = 0.61436 (t = 0.46566) and −0.120204 at s₋, so
+    sup|φ''| = 2 s₊ (1 − s₊)² (3 s₊ − 1) ≈ 0.154059 (< 0.16; the logistic loss has 1/4). The Hessian
+    of Σ_j w_j φ(y_j a_jᵀx) + (l2/2)‖x‖² is Aᵀ diag(w_j φ''(y_j a_jᵀx)) A + l2·I (y_j² = 1), whose
+    spectral norm is at most sup|φ''|·λ_max(AᵀWA) + l2 — a valid L; the Hessian is indefinite in
+    general, so the problem is nonconvex."""
+    s = (9.0 + np.sqrt(33.0)) / 24.0
+    return float(2.0 * s * (1.0 - s) ** 2 * (3.0 * s - 1.0))
 
 
 def _as_matrix(A):
@@ -66,6 +91,8 @@ class Objective:
         t = self.A @ x
         if self.kind == "logreg":
             data = np.dot(self.w, np.logaddexp(0.0, -self.y * t))
+        elif self.kind == "sigmoid-loss":
+            data = np.dot(self.w, expit(-self.y * t) ** 2)          # (1 − σ(u))² = σ(−u)²
         else:
             r = t - self.y
             data = 0.5 * np.dot(self.w, r * r)
@@ -78,6 +105,9 @@ class Objective:
     def _dloss(self, t, y, w):
         if self.kind == "logreg":
             return -w * y * expit(-y * t)
+        if self.kind == "sigmoid-loss":
+            u = y * t                                 # d/dt (1 − σ(u))² = −2 y σ(u) (1 − σ(u))²
+            return -2.0 * w * y * expit(u) * expit(-u) ** 2
         return w * (t - y)
 
     def grad(self, x, rows=None):
@@ -96,19 +126,38 @@ class Objective:
         if self.kind == "logreg":
             s = expit(t)
             c = self.w * s * (1.0 - s)
+        elif self.kind == "sigmoid-loss":
+            s = expit(self.y * t)
+            c = self.w * 2.0 * s * (1.0 - s) ** 2 * (3.0 * s - 1.0)   # φ''(y t), indefinite
         else:
             c = self.w
         return np.asarray(self.A.T @ (c * (self.A @ v))).ravel() + self.l2 * v
 
     # -- constants ----------------------------------------------------------------------------
     def smoothness(self) -> float:
-        """Scalar smoothness constant L = λ_max(Aᵀ W A)·c + l2 (c = 1/4 logistic, 1 ridge)."""
-        c = 0.25 if self.kind == "logreg" else 1.0
-        return c * weighted_gram_lambda_max(self.A, self.w) + self.l2
+        """Scalar smoothness constant L = λ_max(Aᵀ W A)·c + l2 (c = 1/4 logistic, 1 ridge,
+        sup|φ''| ≈ 0.154059 sigmoid-loss: :func:`sigmoid_curvature`)."""
+        return self._curvature() * weighted_gram_lambda_max(self.A, self.w) + self.l2
+
+    def row_smoothness(self) -> float:
+        """max_j L_j of the single-row functions ℓ(a_jᵀx, y_j) + (l2/2)‖x‖²: c·max_j ‖a_j‖² + l2
+        (the 'L_max per worker' of mini-batch step rules; c as in :meth:`smoothness`)."""
+        A = self.A
+        sq = np.asarray(A.multiply(A).sum(axis=1)).ravel() if sp.issparse(A) else np.einsum("ij,ij->i", A, A)
+        return self._curvature() * float(sq.max(initial=0.0)) + self.l2
+
+    def _curvature(self) -> float:
+        """sup_t |∂²ℓ/∂t²|: 1/4 logistic, 1 ridge, ≈ 0.154059 sigmoid-loss (:func:`sigmoid_curvature`)."""
+        return {"logreg": 0.25, "sigmoid-loss": sigmoid_curvature()}.get(self.kind, 1.0)
+
+    @property
+    def convex(self) -> bool:
+        return self.kind in CONVEX_KINDS
 
     @property
     def mu(self) -> float:
-        return self.l2
+        """Strong convexity l2 for the convex kinds; None for the nonconvex sigmoid loss."""
+        return self.l2 if self.convex else None
 
 
 def weighted_gram_lambda_max(A, w) -> float:
@@ -138,6 +187,8 @@ def solve_reference(obj: Objective, tol: float = 1e-13) -> Optimum:
     Smooth case: Newton-CG with exact Hessian-vector products (quadratic convergence) followed by
     a check on ‖∇f(x*)‖. With an ℓ1 term: L-BFGS-B on the split x = u − v, u, v ≥ 0.
     """
+    if not obj.convex:
+        raise ValueError(f"no reference optimum for the nonconvex problem.kind {obj.kind!r}")
     d = obj.d
     x0 = np.zeros(d)
     if obj.l1 == 0.0:

@@ -88,6 +88,8 @@ BAD = [
       "--set", "data.dataset=digits", "--set", "run.error_feedback=true"],
      "cannot ride run.collective = 'gather'; collectives it can use: allreduce"),
     (["--set", "data.partition=dirichlet:0"], "dirichlet"),
+    (["--set", "problem.kind=mlp", "--set", "data.dataset=digits"], "run.learning_rate is required for 'dcgd'"),
+    (["--set", "run.step_rule=fastest"], "unknown run.step_rule 'fastest' for algorithm 'dcgd'; available: auto, "),
 ]
 
 

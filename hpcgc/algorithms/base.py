@@ -30,11 +30,67 @@ algorithm that can ride ``allreduce`` (``collectives`` lists it) also implements
 and ``worker_encode`` is then, by default, ``compress(worker_message)`` + ``worker_sent`` with
 the decoded payload — one recursion, whatever carries it.
 
+Problems and step sizes (checked at plan time by :meth:`Algorithm.check_problem`, before any data
+is read). Every problem kind falls in one class (:func:`problem_class`):
+
+    STRONGLY_CONVEX   logreg, ridge         L_i, L, μ = l2 and f* known
+    SMOOTH            sigmoid-loss          L_i, L known; nonconvex: no μ, no f*
+    NO_CONSTANT       softmax, mlp          no smoothness constant: γ = run.learning_rate
+
+An algorithm runs on STRONGLY_CONVEX problems only, unless it sets
+
+    nonconvex_ok = True      it also runs on SMOOTH and NO_CONSTANT problems (DIANA, DCGD; the
+                             error-feedback methods opt in the same way). Its ``step_rules`` should
+                             then include 'learning-rate' (the only rule NO_CONSTANT problems admit)
+                             and, where the theory has one, a SMOOTH rule; ``auto_rules`` names the
+                             default per class (a class without one needs an explicit run.step_rule).
+
+``step_rules`` maps each name ``run.step_rule`` may take to the problem class it needs (a
+STRONGLY_CONVEX rule needs μ or strong-convexity theory, a SMOOTH rule needs L, NO_CONSTANT rules —
+'learning-rate' — run anywhere); ``auto_rules`` maps a problem class to the rule 'auto' (the
+default) resolves to. ``resolve_step_rule(kind, name)`` gives the rule a run uses; the algorithm
+computes its γ from it (and records it in ``describe()`` as ``step_rule``). 'learning-rate' takes
+γ = run.learning_rate (0 = not set: an error for that rule). An algorithm with no ``step_rules``
+(local SGD, DIANA+) accepts only 'auto'. ``takes_learning_rate = True`` (local SGD) means the
+algorithm steps with run.learning_rate on every problem kind and needs no rule at all.
+
 Algorithms know nothing of MPI or HDF5.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+from ..errors import ConfigError
+from ..models import MODEL_KINDS
+from ..problems import CONVEX_KINDS, NONCONVEX_KINDS
+
+STRONGLY_CONVEX, SMOOTH, NO_CONSTANT = "strongly convex", "smooth nonconvex", "no smoothness constant"
+LEARNING_RATE = "learning-rate"
+_NEEDS = {STRONGLY_CONVEX: "a strongly convex problem (logreg, ridge)",
+          SMOOTH: "a smoothness constant (logreg, ridge, sigmoid-loss)"}
+_IS = {STRONGLY_CONVEX: "is strongly convex", SMOOTH: "is nonconvex", NO_CONSTANT: "has no smoothness constant"}
+
+
+def problem_class(kind: str) -> str:
+    """STRONGLY_CONVEX (logreg, ridge), SMOOTH (sigmoid-loss) or NO_CONSTANT (softmax, mlp)."""
+    if kind in CONVEX_KINDS:
+        return STRONGLY_CONVEX
+    if kind in NONCONVEX_KINDS:
+        return SMOOTH
+    if kind in MODEL_KINDS:
+        return NO_CONSTANT
+    raise ConfigError(f"unknown problem.kind {kind!r}")
+
+
+def learning_rate(options: dict, who: str) -> float:
+    """run.learning_rate, which must be set (> 0) when ``who`` steps with it."""
+    lr = options.get("learning_rate") or 0.0
+    if not (lr > 0 and math.isfinite(lr)):
+        raise ConfigError(f"run.learning_rate is required for {who} (γ = run.learning_rate): set it > 0, "
+                          f"got {options.get('learning_rate')!r}")
+    return float(lr)
 
 
 class Algorithm:
@@ -45,6 +101,15 @@ class Algorithm:
     """True for methods whose theory needs E[C(x)] = x (DIANA, DCGD): refused at plan time."""
     takes_biased = False
     """True for methods built for biased (contractive) compressors, e.g. with error feedback."""
+    nonconvex_ok = False
+    """True: also runs on problems without μ and f* — sigmoid-loss (its SMOOTH step rule) and the
+    classifiers softmax, mlp (γ = run.learning_rate). See the module doc."""
+    takes_learning_rate = False
+    """True: steps with run.learning_rate on every problem kind (local SGD); no step rules."""
+    step_rules: dict = {}
+    """run.step_rule name -> the problem class it needs (STRONGLY_CONVEX, SMOOTH or NO_CONSTANT)."""
+    auto_rules: dict = {}
+    """problem class -> the rule run.step_rule = 'auto' resolves to."""
 
     def __init__(self, compressors: list, *, d: int, n_workers: int, weights, problem_info: dict,
                  options: dict):
@@ -56,6 +121,47 @@ class Algorithm:
         self.d = d
         self.n = n_workers
         self.weights = np.asarray(weights, dtype=np.float64)
+
+    # problems and step rules (plan time: no data, no instance)
+    @classmethod
+    def resolve_step_rule(cls, kind: str, name: str = "auto") -> str | None:
+        """The step rule a run of this algorithm uses on ``kind`` ('auto' → ``auto_rules``)."""
+        return cls.auto_rules.get(problem_class(kind)) if name == "auto" else name
+
+    @classmethod
+    def check_problem(cls, kind: str, r: dict) -> str | None:
+        """Why this algorithm cannot run problem.kind ``kind`` with the [run] table ``r`` (one line),
+        or None. Called at plan time for every grid point."""
+        from . import REGISTRY
+        name, rule = r["algorithm"], r.get("step_rule", "auto")
+        if rule != "auto" and rule not in cls.step_rules:
+            names = ", ".join(["auto", *cls.step_rules])
+            return (f"unknown run.step_rule {rule!r} for algorithm {name!r}; available: {names}" if cls.step_rules
+                    else f"algorithm {name!r} has no named step rules: run.step_rule must be 'auto', got {rule!r}")
+        if cls.takes_learning_rate:
+            return None
+        pclass = problem_class(kind)
+        if pclass != STRONGLY_CONVEX and not cls.nonconvex_ok:
+            takers = sorted(k for k, (c, _) in REGISTRY.items() if c.nonconvex_ok or c.takes_learning_rate)
+            why = ("has no smoothness constant" if pclass == NO_CONSTANT else "is nonconvex (no μ, no f*)")
+            return (f"algorithm {name!r} needs a strongly convex problem with smoothness constants; problem.kind "
+                    f"= {kind!r} {why}. Algorithms that run on it: {', '.join(takers)}")
+        rule = cls.resolve_step_rule(kind, rule)
+        needs = cls.step_rules.get(rule, STRONGLY_CONVEX)
+        order = (STRONGLY_CONVEX, SMOOTH, NO_CONSTANT)
+        fits = [k for k, v in cls.step_rules.items() if order.index(v) >= order.index(pclass)]
+        if rule is None and not cls.step_rules:      # its own step (DIANA+), on strongly convex problems
+            return None
+        if rule is None:                             # 'auto' has no default for this problem class
+            return (f"algorithm {name!r} has no default step rule on problem.kind = {kind!r}: set run.step_rule "
+                    f"to {' or '.join(repr(f) for f in fits) or 'a rule'}")
+        if order.index(needs) < order.index(pclass):
+            return (f"run.step_rule = {rule!r} needs {_NEEDS[needs]}; problem.kind = {kind!r} {_IS[pclass]}: "
+                    f"use {' or '.join(repr(f) for f in ['auto', *fits])}")
+        if rule == LEARNING_RATE and not (r.get("learning_rate") or 0) > 0:
+            return (f"run.learning_rate is required for {name!r} on problem.kind = {kind!r} with step rule "
+                    f"'learning-rate' (no theory step): set run.learning_rate > 0")
+        return None
 
     # agreement across workers (default: nothing to agree on)
     def agree_values(self, state):

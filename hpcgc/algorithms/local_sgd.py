@@ -25,6 +25,7 @@ from ..compressors.summable import ConcatSum
 from .base import Algorithm
 
 FRAME = 4  # bytes of length before each tensor's payload
+DEFAULT_LEARNING_RATE = 0.1   # run.learning_rate = 0 (not set)
 
 
 @dataclass
@@ -52,7 +53,7 @@ class LocalSGD(Algorithm):
     def __init__(self, compressors, *, d, n_workers, weights, problem_info, options):
         super().__init__(compressors, d=d, n_workers=n_workers, weights=weights, problem_info=problem_info,
                          options=options)
-        self.lr = float(options.get("learning_rate", 0.1))
+        self.lr = float(options.get("learning_rate") or DEFAULT_LEARNING_RATE)   # 0 = not set
         self.steps = int(options.get("local_steps", 1))
         self.batch = int(options.get("batch", 0))
         self.ef = bool(options.get("error_feedback", False))

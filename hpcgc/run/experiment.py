@@ -2,6 +2,7 @@
 execute them one after the other into one results file written by rank 0."""
 from __future__ import annotations
 
+import math
 import signal
 import time
 
@@ -127,8 +128,10 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
             t.agree(writer.error if writer is not None else None)     # a write failure ends every rank
             if s is not None:
                 summaries.append(s)
+                measure = (f"|grad f|^2/|grad f(x0)|^2 = {s.grad_ratio:.3e}" if math.isfinite(s.grad_ratio)
+                           else f"f - f* = {s.suboptimality:.3e}")
                 log(f"[{i + 1}/{len(runs)}] {s.run_id}: {s.status} ({s.stop_reason}) after {s.iterations} it, "
-                    f"f - f* = {s.suboptimality:.3e}, {s.mb_up:.4f} MB up, {s.median_iter_ms:.3f} ms/it (median)")
+                    f"{measure}, {s.mb_up:.4f} MB up, {s.median_iter_ms:.3f} ms/it (median)")
         stop_on_signal(t, summaries, None, writer)
     except BaseException:
         if writer is not None:

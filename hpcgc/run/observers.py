@@ -84,11 +84,14 @@ class Budgets:
 
 class StopRules:
     """Rank 0, at evaluation points: a stop signal on any rank, divergence (non-finite loss, or the progress measure above
-    ``divergence_factor`` × its start), the tolerance on f − f*, and the budgets when the
-    collective has no per-iteration downlink to carry them (``allreduce``, ``allgather``)."""
+    ``divergence_factor`` × its start), the tolerance — on f − f* when the problem has an optimum,
+    else (sigmoid-loss, softmax, mlp) on ‖∇f(x)‖²/‖∇f(x⁰)‖², ``grad0`` = ‖∇f(x⁰)‖² —, and the budgets
+    when the collective has no per-iteration downlink to carry them (``allreduce``, ``allgather``)."""
 
-    def __init__(self, r: dict, has_optimum: bool, outcome: Outcome, budgets: Budgets | None):
+    def __init__(self, r: dict, has_optimum: bool, outcome: Outcome, budgets: Budgets | None,
+                 grad0: float | None = None):
         self.r, self.has_opt, self.outcome, self.budgets = r, has_optimum, outcome, budgets
+        self.grad0 = grad0
         self.start = None
 
     def evaluate(self, k: int, row: dict) -> float:
@@ -104,6 +107,8 @@ class StopRules:
         tol = self.r["tolerance"]
         if tol > 0 and self.has_opt and gap <= tol:
             return self.outcome.end("completed", f"tolerance {tol:g} reached")
+        if tol > 0 and not self.has_opt and self.grad0 and row["grad_norm_sq"] <= tol * self.grad0:
+            return self.outcome.end("completed", f"tolerance {tol:g} on |grad f|^2 / |grad f(x0)|^2 reached")
         return self.budgets.check() if self.budgets is not None else CONTINUE
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from .. import algorithms, allocation, compressors, config, exchange
 from ..errors import ConfigError
 from ..exchange.base import CONTINUE
+from ..problems import BINARY_KINDS
 from ..transport import LENGTH_BYTES, PHASES, Transport
 from .checkpoint import Checkpointer, Policy, RunState
 from .loop import iterate
@@ -47,6 +48,7 @@ class RunSummary:
     phase_ms: dict
     median_iter_ms: float
     wire_over_model: float
+    grad_ratio: float = np.nan          # ‖∇f(x)‖²/‖∇f(x⁰)‖² at the last evaluation (problems without f*)
 
 
 class Run:
@@ -83,6 +85,7 @@ class Run:
         # identical on every rank: what shared-seed compressors draw from (same coordinates everywhere)
         self.shared_rng = np.random.default_rng(np.random.SeedSequence(self.r["seed"], spawn_key=(SHARED_STREAM,)))
         self.shared = any(c.shared_randomness for c in self.comps)
+        self.grad0 = None               # rank 0: ‖∇f(x⁰)‖² on problems without f* (the tolerance's reference)
 
     def _per_worker_compressors(self) -> list:
         """Worker i's compressor: with a budget, an allocation sets each worker's kept fraction δ_i,
@@ -149,13 +152,13 @@ class Run:
             out["dist_to_opt"] = float(np.sum((x - s.opt.x) ** 2)) / x0_dist if x0_dist > 0 else 0.0
         if s.model is not None:
             out["train_accuracy"] = s.global_obj.accuracy(x)
-        elif s.global_obj.kind == "logreg":
+        elif s.global_obj.kind in BINARY_KINDS:
             out["train_accuracy"] = binary_accuracy(s.global_obj, x)
         if s.test is not None:
             out["test_loss"] = s.test.full_loss(x)
             if s.model is not None:
                 out["accuracy"] = s.test.accuracy(x)
-            elif s.test.kind == "logreg":
+            elif s.test.kind in BINARY_KINDS:
                 out["accuracy"] = binary_accuracy(s.test, x)
         elif "train_accuracy" in out:
             out["accuracy"] = out["train_accuracy"]
@@ -188,7 +191,9 @@ class Run:
             budgets = Budgets(r, ledger, outcome)
             x0_dist = float(np.sum((x - s.opt.x) ** 2)) if s.opt is not None else 0.0
             bar = ProgressLine(self.rp.run_id, r["iterations"], self.show_progress, crossed, ledger)
-            rules = StopRules(r, s.opt is not None, outcome, None if ex.carries_control else budgets)
+            g0 = s.global_obj.grad(self.x0) if s.opt is None else None    # no f*: tolerance on ‖∇f‖²/‖∇f(x⁰)‖²
+            grad0 = self.grad0 = None if g0 is None else float(np.dot(g0, g0))
+            rules = StopRules(r, s.opt is not None, outcome, None if ex.carries_control else budgets, grad0)
             policy = Policy(r["checkpoint_every"], outcome)
 
             def on_step():
@@ -260,7 +265,9 @@ class Run:
             status=outcome.status, stop_reason=outcome.reason, iterations=done,
             suboptimality=float(last_row.get("suboptimality", np.nan)) if outcome.status != "diverged" else np.nan,
             mb_up=float(ledger.wire[crossed].sum()) / 8e6, phase_ms=mean_ms, median_iter_ms=med_iter,
-            wire_over_model=float(ledger.wire.sum() - header) / model_total if model_total else np.nan)
+            wire_over_model=float(ledger.wire.sum() - header) / model_total if model_total else np.nan,
+            grad_ratio=(float(last_row.get("grad_norm_sq", np.nan)) / self.grad0
+                        if self.grad0 and outcome.status != "diverged" else np.nan))
 
     def estimated_bytes(self) -> int:
         """Upper estimate of this run's share of the results file (checked against free space)."""
@@ -289,6 +296,7 @@ class Run:
              "exchange_rounds": self.exchange_rounds, "f_star": s.opt.f if s.opt else np.nan,
              "x_star_grad_norm": s.opt.grad_norm if s.opt else np.nan,
              "f_star_method": s.opt.method if s.opt else "none (nonconvex or no reference)", "L_max": s.L_max, "setup_seconds": s.setup_seconds,
-             "iterations": r["iterations"], "eval_every": r["eval_every"], "batch": r["batch"]}
+             "iterations": r["iterations"], "eval_every": r["eval_every"], "batch": r["batch"],
+             "stop_measure": "f - f*" if s.opt else "grad_norm_sq / grad_norm_sq[0]"}
         a.update(self.alg.describe())
         return a

@@ -16,8 +16,8 @@ import numpy as np
 from .. import algorithms, allocation, compressors, config, data, exchange
 from ..errors import ConfigError, UserError
 from ..models import MODEL_KINDS, ClassifierProblem, Model
+from ..problems import BINARY_KINDS, CONVEX_KINDS, Objective, cached_reference
 from ..problems import KINDS as LINEAR_KINDS
-from ..problems import Objective, cached_reference
 from ..transport import Transport
 from .checkpoint import parse_every
 
@@ -116,9 +116,9 @@ def _check_point(rc: dict, alg_cls, comp) -> list[tuple]:
     except UserError:
         threshold = False                      # an unknown allocation is reported by check_name
     refusal = None
-    if kind in MODEL_KINDS and not getattr(alg_cls, "takes_learning_rate", False):
-        refusal = ("model-kind", f"algorithm {r['algorithm']!r} uses a step size from smoothness constants, which "
-                                 f"problem.kind = {kind!r} does not have; use algorithm 'local-sgd'")
+    problem_refusal = alg_cls.check_problem(kind, r)      # problem class × step rule × learning rate
+    if problem_refusal is not None:
+        refusal = ("problem", problem_refusal)
     elif threshold and "lam" not in comp.params:
         refusal = ("threshold", f"allocation {r['allocation']!r} sets per-worker thresholds; it needs the "
                                 f"hard-threshold compressor ('threshold:lam=...'), not {comp.spec!r}")
@@ -311,11 +311,12 @@ class DataCache:
         if t.is_root and kind not in MODEL_KINDS:
             try:
                 L_global = global_obj.smoothness()
-                opt, cached = cached_reference(global_obj, {
-                    "data": ds.fingerprint, "partition": rc["data"]["partition"],
-                    "partition_seed": rc["data"]["partition_seed"], "sizes": rc["data"]["sizes"],
-                    "n": n, "kind": kind, "l2": l2, "l1": l1, "test_fraction": rc["data"]["test_fraction"],
-                    "version": 1})
+                if kind in CONVEX_KINDS:          # nonconvex kinds (sigmoid-loss) have no f*: measured by ‖∇f‖²
+                    opt, cached = cached_reference(global_obj, {
+                        "data": ds.fingerprint, "partition": rc["data"]["partition"],
+                        "partition_seed": rc["data"]["partition_seed"], "sizes": rc["data"]["sizes"],
+                        "n": n, "kind": kind, "l2": l2, "l1": l1, "test_fraction": rc["data"]["test_fraction"],
+                        "version": 1})
             except (UserError, ValueError, ArithmeticError) as exc:
                 error = exc
         t.agree(error)
@@ -333,7 +334,7 @@ def binary_accuracy(obj, x) -> float:
 
 
 def _linear_targets(ds, kind: str) -> np.ndarray:
-    return ds.binary_labels() if kind == "logreg" else np.asarray(ds.y, dtype=np.float64)
+    return ds.binary_labels() if kind in BINARY_KINDS else np.asarray(ds.y, dtype=np.float64)
 
 
 def split_test(ds, fraction: float, seed: int):
