@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -152,6 +153,7 @@ X_AXES = (("bits", "model bits sent per worker [bits]"),
           ("iteration", "iterations (communication rounds)"),
           ("wall", "wall-clock, iteration loop [s]"))
 Y_LABELS = {"suboptimality": "f(x) − f*", "dist_to_opt": "‖x − x*‖² / ‖x⁰ − x*‖²", "loss": "loss F(x)",
+            "grad_norm_sq": "‖∇f(x)‖²",
             "test_loss": "test loss"}
 
 
@@ -163,14 +165,28 @@ def _xdata(run, which):
     return wall(run)
 
 
+def _has_series(group, y) -> bool:
+    return any(_col(ri.run, y) is not None and np.isfinite(_col(ri.run, y)).any() for m in group for ri in m.runs)
+
+
+class _All:
+    """Every run of a collection as one pseudo-method (for :func:`_has_series`)."""
+
+    def __init__(self, runs):
+        self.runs = runs
+
+
+def _y_series(group) -> list[str]:
+    """The rows of a convergence figure: f − f* and ‖x − x*‖² where a reference optimum exists;
+    otherwise (nonconvex problems, ``problem.reference`` off) ‖∇f(x)‖² and the loss."""
+    ys = [y for y in ("suboptimality", "dist_to_opt") if _has_series(group, y)]
+    return ys or [y for y in ("grad_norm_sq", "loss") if _has_series(group, y)] or ["loss"]
+
+
 def fig_convergence(ms, panel, out, formats, eps, metric, logx=False) -> list[Path]:
     plt = _plt()
     group = [m for m in ms if m.panel == panel]
-    ys = [y for y in ("suboptimality", "dist_to_opt")
-          if any(np.isfinite(_col(ri.run, y) if _col(ri.run, y) is not None else [np.nan]).any()
-                 for m in group for ri in m.runs)]
-    if not ys:
-        ys = ["loss"]
+    ys = _y_series(group)
     fig, axes = plt.subplots(len(ys), 3, figsize=(16, 4.2 * len(ys)), squeeze=False)
     for i, y in enumerate(ys):
         for j, (xk, xl) in enumerate(X_AXES):
@@ -200,9 +216,7 @@ def fig_convergence_column(ms, panel, out, formats, eps, metric, which, logx=Fal
     ``wall``), 8-pt text at print size, legend below; file ``convergence_<which>[-panel]``."""
     plt = _plt()
     group = [m for m in ms if m.panel == panel]
-    ys = [y for y in ("suboptimality", "dist_to_opt")
-          if any(np.isfinite(_col(ri.run, y) if _col(ri.run, y) is not None else [np.nan]).any()
-                 for m in group for ri in m.runs)] or ["loss"]
+    ys = _y_series(group)
     xl = dict(X_AXES)[which]
     rows = math.ceil(len(group) / 2)
     with plt.rc_context({"font.size": 7, "axes.labelsize": 7, "xtick.labelsize": 6.5, "ytick.labelsize": 6.5,
@@ -221,7 +235,9 @@ def fig_convergence_column(ms, panel, out, formats, eps, metric, which, logx=Fal
             ax.set_ylabel(Y_LABELS.get(y, y))
             ax.grid(True, which="major", alpha=0.3)
         axes[-1][0].set_xlabel(xl)
-        fig.suptitle(panel_title(panel), fontsize=7)
+        if which == "bits":                        # 1.2×10⁵, not 120000 overlapping its neighbours
+            axes[-1][0].ticklabel_format(axis="x", style="sci", scilimits=(-3, 4), useMathText=True)
+        fig.suptitle(textwrap.fill(panel_title(panel), 60), fontsize=7)
         fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=2, frameon=False,
                    handlelength=2.2, columnspacing=1.0)
         return _save(fig, out, f"convergence_{which}" + _suffix(ms, panel), formats, dpi=300)
@@ -545,6 +561,9 @@ def report(paths, out, eps=1e-8, baseline=None, metric="suboptimality", logx=Fal
            gather="linear", strict=False, formats=("png", "pdf"), log=None) -> dict:
     out = Path(out)
     coll = collect(paths, strict=strict)
+    if metric == "suboptimality" and coll.runs and not _has_series([_All(coll.runs)], "suboptimality"):
+        metric = "grad_norm_sq"
+        coll.notes.append("no run has a reference optimum f* (nonconvex problems): ε applies to ‖∇f(x)‖²")
     ms = methods(coll)
     _style(ms)
     coll.methods = ms

@@ -189,7 +189,10 @@ PANEL_KEYS = ("data.dataset", "data.partition", "problem.kind", "problem.l2", "p
 
 def panel_title(panel: tuple) -> str:
     d = dict(zip((*PANEL_KEYS, "ranks"), panel))
-    t = f"{d['data.dataset']}, {d['data.partition']}, {d['problem.kind']} ℓ2 = {d['problem.l2']}"
+    ds = str(d["data.dataset"])
+    if ds.startswith("libsvm:"):                   # the file's name, not the path it was read from
+        ds = "libsvm:" + ds.split("/")[-1]
+    t = f"{ds}, {d['data.partition']}, {d['problem.kind']} ℓ2 = {d['problem.l2']}"
     if d.get("problem.l1"):
         t += f", ℓ1 = {d['problem.l1']}"
     return t + f", {d['ranks']} ranks"

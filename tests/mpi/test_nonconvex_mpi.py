@@ -61,7 +61,13 @@ def test_diana_drives_the_gradient_to_zero_on_sigmoid_loss_dcgd_stalls(shared_di
     tail = gd[-5:] / gd[0]                                           # the last 100 iterations
     assert np.all(tail >= 100 * 1e-6), tail
     assert dcgd.series["iteration"][-1] == 400
-    if comm.rank == 0:
+    if comm.rank == 0:                  # the report measures these runs by ‖∇f‖² (no f*), and says so
+        from hpcgc.analysis.report import _y_series, report
+        out = report([shared_dir / "sigmoid.h5"], shared_dir / "report", eps=1e-6, formats=("png",), log=lambda t: None)
+        assert any("‖∇f(x)‖²" in n for n in out["collection"].notes)
+        assert _y_series(out["methods"]) == ["grad_norm_sq", "loss"]
+        reached = {r["method"].split()[0]: r["reached"] for r in out["method_rows"]}
+        assert reached == {"diana": "1/1", "dcgd": "0/1"}, reached      # ε = 1e-6 on ‖∇f‖²
         print(f"\nsigmoid-loss a9a: DIANA |grad|^2 ratio {g[-1] / g[0]:.3g} at iteration "
               f"{diana.series['iteration'][-1]} ({diana.series['bits_up_model'][-1].mean():.4g} bits/worker); "
               f"DCGD {gd[-1] / gd[0]:.3g} at 400; gamma {diana.attrs['gamma']:.4g}")
