@@ -57,6 +57,12 @@ class Algorithm:
         self.n = n_workers
         self.weights = np.asarray(weights, dtype=np.float64)
 
+    @classmethod
+    def check_plan(cls, rc: dict, compressor) -> None:
+        """Plan-time refusals of this algorithm (no data; ``rc`` one grid point's resolved config):
+        raise ConfigError. Default: none."""
+        return None
+
     # agreement across workers (default: nothing to agree on)
     def agree_values(self, state):
         return None
