@@ -95,7 +95,7 @@ BAD = [
      "ef21 cannot use sign: its step and its recursion need the contraction δ"),
     (["--set", "run.algorithm=ef", "--set", "run.compressor=topk:k=3", "--set", "run.learning_rate=0"],
      "run.learning_rate"),
-    (["--set", "run.algorithm=ef21", "--set", "run.compressor=topk:k=3", "--set", "run.collective=allreduce"],
+    (["--set", "run.algorithm=ef21", "--set", "run.compressor=identity", "--set", "run.collective=allreduce"],
      "algorithm 'ef21' cannot run under run.collective = 'allreduce'"),
 ]
 
