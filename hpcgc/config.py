@@ -76,7 +76,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "l1": Key(_NUM, 0.0, "weight of l1‖x‖₁, applied by prox on the server", check=(_nonneg, ">= 0")),
     },
     "run": {
-        "algorithm": Key(str, "diana", "dcgd | diana | local-sgd (see `python -m hpcgc.bench list`)"),
+        "algorithm": Key(str, "diana", "dcgd | diana | ef | ef21 | local-sgd | dcgd+ | diana+ (see `python -m hpcgc.bench list`)"),
         "compressor": Key(str, "quant:p=inf,block=8", "name:param=value,... (see `list`)"),
         "allocation": Key(str, "uniform", "per-worker compression ratios: uniform | dagc | dagc-reference | dagc-a"),
         "budget": Key(_NUM, 0.0, "mean kept fraction δ̄ (or mean threshold λ̄ for dagc-a); 0 = compressor's own k",
@@ -88,7 +88,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "step_multiplier": Key(_NUM, 1.0, "γ = step_multiplier × theoretical step size", check=(_positive, "> 0")),
         "alpha": Key((str, *_NUM), "theory", "DIANA shift step α ('theory' = 1/(1+ω))"),
         "momentum": Key(_NUM, 0.0, "heavy-ball momentum β in [0, 1)"),
-        "learning_rate": Key(_NUM, 0.1, "local SGD learning rate (local-sgd)", check=(_positive, "> 0")),
+        "learning_rate": Key(_NUM, 0.1, "local SGD learning rate (local-sgd); ef/ef21 step where no smoothness constant",
+                             check=(_positive, "> 0")),
         "local_steps": Key(int, 1, "local SGD steps per round (local-sgd; 1 = compressed SGD)", check=(_positive, "> 0")),
         "error_feedback": Key(bool, False, "error feedback: compress residual + update, keep the rest (local-sgd)"),
         "batch": Key(int, 0, "mini-batch size per worker (0 = full local gradient)", check=(_nonneg, ">= 0")),
