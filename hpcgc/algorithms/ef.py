@@ -56,8 +56,9 @@ class ServerState:
 
 def contraction(comp, d: int) -> tuple[float | None, float]:
     """(δ, s): the contraction δ of s·C and the scale s error feedback applies to C's decoded
-    message. Unbiased C with variance ω: s = 1/(1 + ω), δ = 1/(1 + ω) (EF21 paper §2, the
-    example of scaled unbiased compressors; flpytorch's EF21 does the same). Biased C: s = 1,
+    message. Unbiased C with variance ω: s = 1/(1 + ω), δ = 1/(1 + ω), since
+    E‖sC(x) − x‖² = (s²(1 + ω) − 2s + 1)‖x‖² = (1 − s)‖x‖² (`spec/compressors.md`, "scaled
+    unbiased"; flpytorch's EF21 does the same). Biased C: s = 1,
     δ = ``C.delta(d)`` (None where no δ exists, e.g. plain sign)."""
     if comp.unbiased:
         s = 1.0 / (1.0 + comp.omega(d))

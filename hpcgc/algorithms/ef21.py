@@ -20,8 +20,8 @@ count its communication.)
 
 Compressors (:func:`hpcgc.algorithms.ef.contraction`): a biased C with contraction δ
 (‖C(x) − x‖² ≤ (1 − δ)‖x‖², ``C.delta(d)``) is used as it is; an unbiased C with variance ω as
-C/(1 + ω), δ = 1/(1 + ω) (both ends scale the decoded message; the paper's §2 example, flpytorch's
-EF21 does the same). A compressor without δ (plain ``sign``) is refused at plan time.
+C/(1 + ω), δ = 1/(1 + ω) (both ends scale the decoded message; E‖C(x)/(1 + ω) − x‖² =
+(ω/(1 + ω))‖x‖²; flpytorch's EF21 does the same). A compressor without δ (plain ``sign``) is refused at plan time.
 
 Step (Theorem 1, nonconvex; the same formula is flpytorch's ``EF21.theoreticalStepSize``, "Th.1,
 p.40"):
