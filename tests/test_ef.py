@@ -69,6 +69,7 @@ def test_ef_steps_by_hand():
     ss = alg.server_init(np.zeros(D))
     rng = np.random.default_rng(1)
     x, e = np.zeros(D), [np.zeros(D) for _ in fs]
+    pushed = np.zeros(D)                           # Σ_t Σ_i w_i γ g_i^t
     for _ in range(3):
         xk = ss.x.copy()
         msgs = []
@@ -79,6 +80,7 @@ def test_ef_steps_by_hand():
         m_sum = np.zeros(D)
         for i, f in enumerate(fs):                 # the transcription
             e[i] = e[i] + alg.gamma * f.grad(x)
+            pushed += alg.gamma * f.grad(x) / N
             m = topk(e[i], 3)
             e[i] = e[i] - m
             m_sum += m / N
@@ -87,6 +89,7 @@ def test_ef_steps_by_hand():
         for w, ei in zip(ws, e):
             np.testing.assert_allclose(w.e, ei, rtol=1e-14, atol=1e-15)
     # x⁰ − x^k = Σ_i w_i (γ Σ_t g_i^t − e_i^k): nothing is lost, only delayed
+    np.testing.assert_allclose(-ss.x, pushed - np.mean([w.e for w in ws], axis=0), rtol=1e-12, atol=1e-15)
     assert alg.describe()["contraction_delta"] == 3 / D
 
 
