@@ -77,7 +77,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "l1": Key(_NUM, 0.0, "weight of l1‖x‖₁, applied by prox on the server", check=(_nonneg, ">= 0")),
     },
     "run": {
-        "algorithm": Key(str, "diana", "dcgd | diana | local-sgd (see `python -m hpcgc.bench list`)"),
+        "algorithm": Key(str, "diana", "dcgd | diana | ef | ef21 | local-sgd | dcgd+ | diana+ (see `python -m hpcgc.bench list`)"),
         "compressor": Key(str, "quant:p=inf,block=8", "name:param=value,... (see `list`)"),
         "allocation": Key(str, "uniform", "per-worker compression ratios: uniform | dagc | dagc-reference | dagc-a"),
         "budget": Key(_NUM, 0.0, "mean kept fraction δ̄ (or mean threshold λ̄ for dagc-a); 0 = compressor's own k",
@@ -93,7 +93,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "alpha": Key((str, *_NUM), "theory", "DIANA shift step α ('theory' = 1/(1+ω))"),
         "momentum": Key(_NUM, 0.0, "heavy-ball momentum β in [0, 1)"),
         "learning_rate": Key(_NUM, 0.0, "step size γ where no theory step is used: local-sgd (0 = not set: 0.1), "
-                             "dcgd/diana on softmax/mlp or with step_rule 'learning-rate' (required there)",
+                             "dcgd/diana/ef/ef21 on softmax/mlp or with step_rule 'learning-rate' (required there)",
                              check=(_nonneg, ">= 0")),
         "local_steps": Key(int, 1, "local SGD steps per round (local-sgd; 1 = compressed SGD)", check=(_positive, "> 0")),
         "error_feedback": Key(bool, False, "error feedback: compress residual + update, keep the rest (local-sgd)"),

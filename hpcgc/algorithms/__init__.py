@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from .diana import Dcgd, Diana
+from .ef import EF
+from .ef21 import EF21
 from .local_sgd import LocalSGD
 from .smoothness import DcgdPlus, DianaPlus
 
@@ -11,6 +13,8 @@ REGISTRY = {
     "diana": (Diana, "DIANA: compressed gradient differences with learned shifts (Mishchenko et al. 2019)"),
     "local-sgd": (LocalSGD, "local SGD rounds, per-tensor compressed model deltas, error feedback (DAGC setting)"),
     "dcgd+": (DcgdPlus, "DCGD+: DCGD with smoothness-aware compression S_i Q(S_i^- g) (Wang, Safaryan, Richtárik 2022)"),
+    "ef": (EF, "EF (EF14 / EF-SGD): error feedback, compressed γ·g plus memory (Seide et al. 2014, Karimireddy et al. 2019)"),
+    "ef21": (EF21, "EF21: error feedback by compressed gradient differences (Richtárik, Sokolov, Fatkhullin 2021)"),
     "diana+": (DianaPlus, "DIANA+: DIANA with smoothness-aware compression S_i Q(S_i^- .) (Wang, Safaryan, Richtárik 2022)"),
 }
 

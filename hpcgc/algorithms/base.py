@@ -16,6 +16,9 @@ Before the first iteration, in this order (all optional):
     worker_setup_message(ws) -> bytes|None   one-time upload, same Gatherv as every payload,
     server_setup(ss, [(i, bytes)...])        recorded as workers/one_time_bits (model and wire)
 
+At plan time (no data) the classmethod ``check_plan(rc, compressor)`` may refuse a grid point
+(ConfigError, one line): e.g. EF21 with a compressor that has no contraction δ.
+
 Collectives (``run.collective``, :mod:`hpcgc.exchange`): under ``gather`` rank 0 alone holds the
 server state; under ``allgather`` every rank does and runs ``server_step`` on all messages. An
 algorithm that can ride ``allreduce`` (``collectives`` lists it) also implements
@@ -161,6 +164,12 @@ class Algorithm:
         if rule == LEARNING_RATE and not (r.get("learning_rate") or 0) > 0:
             return (f"run.learning_rate is required for {name!r} on problem.kind = {kind!r} with step rule "
                     f"'learning-rate' (no theory step): set run.learning_rate > 0")
+        return None
+
+    @classmethod
+    def check_plan(cls, rc: dict, compressor) -> None:
+        """Plan-time refusals of this algorithm (no data; ``rc`` one grid point's resolved config):
+        raise ConfigError. Default: none."""
         return None
 
     # agreement across workers (default: nothing to agree on)

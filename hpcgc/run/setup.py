@@ -127,6 +127,7 @@ def _check_point(rc: dict, alg_cls, comp) -> list[tuple]:
         refusal = ("biased", biased_refusal(r["algorithm"], comp.spec))
     else:
         try:
+            alg_cls.check_plan(rc, comp)
             check_collective(r, alg_cls, comp)
             if getattr(comp, "matrices_only", False):
                 check_matrices(rc, comp)

@@ -1,6 +1,7 @@
 """Checkpoint and resume under a real mpiexec -n 4: a run interrupted by a real SIGTERM (one rank
 signals itself at a random time) and resumed with --resume equals the uninterrupted run bit for bit
-— iterates, bits at every recorded iteration, the MPI byte ledger — for every kind of state."""
+— iterates, bits at every recorded iteration, the MPI byte ledger — for every kind of state
+(DIANA's shifts and momentum, EF's memory e_i, EF21's g_i and server g, local copies, PowerSGD's Q)."""
 from __future__ import annotations
 
 import os
@@ -25,6 +26,8 @@ comm = MPI.COMM_WORLD
 CASES = {
     "diana-qsgd": {"run.algorithm": "diana", "run.compressor": "qsgd:s=2", "run.momentum": 0.5, "run.batch": 40},
     "dcgd-randk": {"run.algorithm": "dcgd", "run.compressor": "randk:k=6"},
+    "ef-randk": {"run.algorithm": "ef", "run.compressor": "randk:k=6", "run.batch": 40},
+    "ef21-topk": {"run.algorithm": "ef21", "run.compressor": "topk:k=3", "run.batch": 40},
     "diana+-dense": {"run.algorithm": "diana+", "run.compressor": "quant+:p=inf", "run.batch": 30},
     "local-sgd-topk-ef": {"data.dataset": "digits", "problem.kind": "softmax", "run.algorithm": "local-sgd",
                           "run.compressor": "topk:k=20", "run.error_feedback": True, "run.batch": 16,

@@ -1,0 +1,185 @@
+"""EF ("EF14"): compressed gradient steps with error feedback.
+
+Seide, Fu, Droppo, Li, Yu, *1-Bit Stochastic Gradient Descent and its Application to
+Data-Parallel Distributed Training of Speech DNNs*, Interspeech 2014; as EF-SGD in Karimireddy,
+Rebjock, Stich, Jaggi, *Error Feedback Fixes SignSGD and other Gradient Compression Schemes*,
+ICML 2019 (arXiv 1901.09847), Algorithm 2, distributed over n workers:
+
+    worker i:  e_i ← e_i + γ·g_i,   m_i = C(e_i)  (the only message),   e_i ← e_i − m_i
+    server:    x ← x − Σ_i w_i m_i                (w_i = 1/n, as in DIANA)
+
+g_i = ∇f_i(x) (or a ``run.batch`` mini-batch estimate). The worker subtracts its *decoded own
+message*, exactly what the server decodes, so x⁰ − x^k = Σ_i w_i (γ Σ_t g_i^t − e_i^k) holds to
+rounding. e_i starts at 0.
+
+Compressors (:func:`contraction`): a biased C is used as it is; an unbiased C with variance ω as
+C/(1 + ω) (the worker sends C's payload, both ends decode it scaled by 1/(1 + ω)), which is
+contractive with δ = 1/(1 + ω) — without the scaling rand-k (ω = d/k − 1 ≥ 1) would not be, and
+the memory would grow. Plain ``sign`` is refused: its message has no scale (‖sign(e)‖² = d
+whatever e), so no δ exists; ``scaled-sign`` (Karimireddy et al.'s EF-signSGD) has δ = 1/d.
+
+Step γ: EF has no step from δ that this project could confirm for n heterogeneous workers, so γ is
+the step of uncompressed gradient descent, γ = ``run.step_multiplier``/L with L the smoothness
+constant of f (with C = identity EF *is* gradient descent with that step): ``run.step_rule =
+'theory'``, the default where L is known; with ``run.step_rule = 'learning-rate'`` (the default on
+problems without a smoothness constant, where ``run.learning_rate`` is required)
+γ = ``run.step_multiplier`` × ``run.learning_rate``. See ``docs/methods.md`` "EF".
+
+Collectives: ``gather``, ``allgather``, and ``allreduce`` when the compressor's messages add up
+(identity, shared-seed rand-k): the server step only needs Σ_i w_i m_i, and the memory update only
+the worker's own decoded message.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError
+from .base import LEARNING_RATE, NO_CONSTANT, SMOOTH, STRONGLY_CONVEX, Algorithm
+
+PLAN_D = 2**20
+"""A dimension to ask a compressor at plan time whether it has a contraction δ at all (before the
+data, and so d, is known): only whether δ is None matters there."""
+
+
+@dataclass
+class WorkerState:
+    i: int                 # worker index
+    e: np.ndarray          # error-feedback memory e_i (float64); before worker_encode: e_i + γ g_i
+
+
+@dataclass
+class ServerState:
+    x: np.ndarray          # iterate x^k
+    m: np.ndarray          # scratch: Σ_i w_i m_i
+
+
+def contraction(comp, d: int) -> tuple[float | None, float]:
+    """(δ, s): the contraction δ of s·C and the scale s error feedback applies to C's decoded
+    message. Unbiased C with variance ω: s = 1/(1 + ω), δ = 1/(1 + ω), since
+    E‖sC(x) − x‖² = (s²(1 + ω) − 2s + 1)‖x‖² = (1 − s)‖x‖² (`spec/compressors.md`, "scaled
+    unbiased"; flpytorch's EF21 does the same). Biased C: s = 1,
+    δ = ``C.delta(d)`` (None where no δ exists, e.g. plain sign)."""
+    if comp.unbiased:
+        s = 1.0 / (1.0 + comp.omega(d))
+        return s, s
+    return comp.delta(d), 1.0
+
+
+def plan_refusal(name: str, rc: dict, comp, *, needs_delta: bool) -> str | None:
+    """The plan-time (data-free) refusals shared by ``ef`` and ``ef21``; None if the run is fine."""
+    r, p = rc["run"], rc["problem"]
+    biased_none = not comp.unbiased and comp.delta(max(PLAN_D, comp.params.get("k", 1))) is None
+    if biased_none and (needs_delta or not hasattr(comp, "error_bound")):
+        why = ("its step and its recursion need the contraction δ of ‖C(x) − x‖² ≤ (1 − δ)‖x‖²"
+               if needs_delta else "error feedback needs a contractive compressor")
+        return (f"{name} cannot use {comp.spec}: {why}, and {comp.spec} has none (its error is not a fixed "
+                "fraction of ‖x‖² for every x); use scaled-sign (δ = 1/d), topk (δ = k/d), or an unbiased "
+                "compressor (used as C/(1+ω), δ = 1/(1+ω))")
+    if r["momentum"] != 0:
+        return f"{name} has no momentum; remove run.momentum (or use 'diana')"
+    if r["alpha"] != "theory":
+        return f"{name} has no shifts to step (run.alpha); remove run.alpha (or use 'diana')"
+    if p["l1"] != 0:
+        return f"{name} has no prox step for problem.l1; set problem.l1 = 0 (or use 'diana' / 'dcgd')"
+    return None
+
+
+# run.step_rule of ef / ef21 (the framework of hpcgc.algorithms.base): 'theory' (EF: 1/L; EF21:
+# Theorem 1) needs a smoothness constant; 'learning-rate' takes run.learning_rate, the only choice
+# on problems without one (softmax, mlp), where it is required (checked at plan time).
+EF_STEP_RULES = {"theory": SMOOTH, LEARNING_RATE: NO_CONSTANT}
+EF_AUTO_RULES = {STRONGLY_CONVEX: "theory", SMOOTH: "theory", NO_CONSTANT: LEARNING_RATE}
+
+
+def step_options(alg, options: dict, problem_info: dict) -> tuple[float, float, str]:
+    """(step_multiplier, learning_rate, rule) from the resolved ``[run]`` table: the rule
+    ``run.step_rule`` resolves to on this problem, and its parameters checked > 0."""
+    mult = options.get("step_multiplier", 1.0)
+    if not (mult > 0 and math.isfinite(mult)):
+        raise ConfigError(f"run.step_multiplier must be > 0, got {mult!r}")
+    kind = problem_info.get("kind", "logreg")
+    refusal = alg.check_problem(kind, {**options, "algorithm": alg.name})
+    if refusal:
+        raise ConfigError(refusal)
+    rule = alg.resolve_step_rule(kind, options.get("step_rule", "auto"))
+    lr = float(options.get("learning_rate", 0.0) or 0.0)
+    if rule == LEARNING_RATE and not (lr > 0 and math.isfinite(lr)):
+        raise ConfigError(f"run.learning_rate must be > 0 for {alg.name} with step rule 'learning-rate', got {lr!r}")
+    return float(mult), lr, rule
+
+
+class EF(Algorithm):
+    """EF14 / EF-SGD: compress γ·g_i plus the memory of what was not sent."""
+
+    name = "ef"
+    takes_biased = True
+    nonconvex_ok = True
+    step_rules = EF_STEP_RULES
+    auto_rules = EF_AUTO_RULES
+    collectives = ("gather", "allreduce", "allgather")
+
+    @classmethod
+    def check_plan(cls, rc: dict, comp) -> None:
+        msg = plan_refusal(cls.name, rc, comp, needs_delta=False)
+        if msg:
+            raise ConfigError(msg)
+
+    def __init__(self, compressors, *, d, n_workers, weights, problem_info, options):
+        super().__init__(compressors, d=d, n_workers=n_workers, weights=weights, problem_info=problem_info,
+                         options=options)
+        self.check_plan({"run": {"momentum": options.get("momentum", 0.0), "alpha": options.get("alpha", "theory")},
+                         "problem": {"l1": options.get("l1", 0.0)}}, compressors[0])
+        mult, lr, self.step_rule = step_options(self, options, problem_info)
+        pairs = [contraction(c, d) for c in compressors]
+        self.scales = np.array([s for _, s in pairs])
+        deltas = [dl for dl, _ in pairs]
+        self.delta = None if any(dl is None for dl in deltas) else float(min(deltas))
+        L = problem_info.get("L")
+        theory = self.step_rule != LEARNING_RATE and L
+        self.step_source = "1/L" if theory else "learning_rate"
+        self.gamma = mult / L if theory else mult * lr
+        self.batch = int(options.get("batch", 0))
+
+    # -- worker side -----------------------------------------------------------------------------
+    def worker_init(self, i: int, problem=None) -> WorkerState:
+        return WorkerState(i=i, e=np.zeros(self.d))
+
+    def worker_compute(self, state: WorkerState, x: np.ndarray, problem, rng):
+        """e_i ← e_i + γ·g_i with g_i = ∇f_i(x) (or a mini-batch estimate)."""
+        rows = rng.choice(problem.A.shape[0], size=self.batch, replace=False) if self.batch else None
+        state.e += self.gamma * problem.grad(x, rows)
+
+    def worker_message(self, state: WorkerState) -> np.ndarray:
+        return state.e
+
+    def worker_sent(self, state: WorkerState, own_add) -> None:
+        """e_i ← e_i − s_i·C(e_i), with exactly the message the server decodes."""
+        own_add(state.e, -self.scales[state.i])
+
+    # -- server side -----------------------------------------------------------------------------
+    def server_init(self, x0: np.ndarray) -> ServerState:
+        return ServerState(x=np.array(x0, dtype=np.float64), m=np.zeros(self.d))
+
+    def server_step(self, state: ServerState, messages) -> np.ndarray:
+        """x ← x − Σ_i w_i s_i C(e_i); ``messages``: (worker index, payload bytes)."""
+        state.m[:] = 0.0
+        for i, payload in messages:
+            self.compressors[i].decompress_add(payload, self.d, state.m, self.weights[i] * self.scales[i])
+        state.x -= state.m
+        return state.x
+
+    def server_reduced(self, state: ServerState, add_sum) -> np.ndarray:
+        """The same step from Σ_i w_i C(e_i) decoded from an Allreduce sum (one compressor, one s)."""
+        state.m[:] = 0.0
+        add_sum(state.m)
+        state.x -= self.scales[0] * state.m
+        return state.x
+
+    def describe(self) -> dict:
+        return {"gamma": self.gamma, "alpha": 0.0, "beta": 0.0, "step_source": self.step_source,
+                "step_rule": self.step_rule,
+                "contraction_delta": np.nan if self.delta is None else self.delta,
+                "compressor_scale": float(self.scales.min())}
