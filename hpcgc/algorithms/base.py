@@ -45,6 +45,10 @@ class Algorithm:
     """True for methods whose theory needs E[C(x)] = x (DIANA, DCGD): refused at plan time."""
     takes_biased = False
     """True for methods built for biased (contractive) compressors, e.g. with error feedback."""
+    downlink_ok = False
+    """True for methods whose workers only read the broadcast model, so that the parameter server can
+    compress its broadcast with EF21-P (``run.downlink``, :mod:`hpcgc.exchange.downlink`): the
+    workers then evaluate at w, the server keeps stepping its own x."""
 
     def __init__(self, compressors: list, *, d: int, n_workers: int, weights, problem_info: dict,
                  options: dict):
