@@ -88,6 +88,13 @@ BAD = [
       "--set", "data.dataset=digits", "--set", "run.error_feedback=true"],
      "cannot ride run.collective = 'gather'; collectives it can use: allreduce"),
     (["--set", "data.partition=dirichlet:0"], "dirichlet"),
+    (["--set", "run.collective=allreduce", "--set", "run.compressor=identity", "--set", "run.downlink=randk:k=5"],
+     "run.downlink = 'randk:k=5' needs a parameter server (run.collective = 'gather')"),
+    (["--set", "run.algorithm=local-sgd", "--set", "run.downlink=topk:k=5"],
+     "algorithm 'local-sgd' has no downlink state (EF21-P: workers evaluate at the broadcast model w); "
+     "run.downlink = 'topk:k=5' is taken by: dcgd, diana"),
+    (["--set", "run.downlink=randq:k=5"], "run.downlink: unknown compressor 'randq'"),
+    (["--set", "run.downlink=sign"], "no contraction"),
 ]
 
 
