@@ -175,8 +175,9 @@ def plan(cfg: dict, out=None) -> list[RunPlan]:
             tag += f"-{r['allocation']}"
         if r["collective"] != "gather" and not rc["label"]:
             tag += f"-{r['collective']}"
-        if downlink.parse(r["downlink"]) is not None and not rc["label"]:
-            tag += f"-down-{downlink.parse(r['downlink']).spec}"
+        down = downlink.parse(r["downlink"])
+        if down is not None and not rc["label"]:
+            tag += f"-down-{down.spec}"
         tag = re.sub(r"[^A-Za-z0-9.+-]+", "_", tag.replace("=", ""))
         runs.append(RunPlan(i, f"{i:03d}-{tag}-s{r['seed']}", rc))
     return runs
