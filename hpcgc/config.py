@@ -109,6 +109,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
                           "Bcast of the iterate), 'allreduce' (summable messages: identity, randk shared_seed, "
                           "powersgd; no server), 'allgather' (every rank decodes every payload; no server)",
                           choices=("gather", "allreduce", "allgather")),
+        "downlink": Key(str, "dense", "the server's broadcast: 'dense' (the float64 iterate) or a compressor spec "
+                        "(EF21-P: C(x − w) is sent, workers evaluate at w; gather with dcgd, diana)"),
         "checkpoint_every": Key((int, str), "600s", "save the run's whole state every this many iterations, or "
                                 "seconds as '600s' / '10min' (0 = only when a stop signal ends the run); "
                                 "--resume continues from it"),

@@ -154,8 +154,8 @@ def runs_frame(runs):
             row[name] = float(np.mean(v[T - 1])) if v is not None and T and v.shape[1] else 0.0
         up = r.series.get("bits_up_wire")
         row["wire_bits_up_total"] = float(np.sum(up[T - 1])) if up is not None and T else float("nan")
-        row["bits_down_wire"] = float(r.series["bits_down_wire"][T - 1]) if "bits_down_wire" in r.series and T \
-            else float("nan")
+        for k in ("bits_down_wire", "bits_down_model"):
+            row[k] = float(r.series[k][T - 1]) if k in r.series and T else float("nan")
         it = r.time.get("iter")
         row["time_s"] = _last_finite(it[:T, 0]) if it is not None and T else float("nan")
         row["ms_per_iteration"] = 1e3 * row["time_s"] / row["iterations"] if row["iterations"] else float("nan")

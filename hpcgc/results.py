@@ -8,7 +8,7 @@ Layout (schema version 1; `docs/results.md` is the reference):
                             seed, dataset, d, n_workers, f_star, status, stop_reason, ...
       iteration, loss, suboptimality, dist_to_opt, grad_norm_sq, accuracy        (T,)
       bits_up_model, bits_up_wire                                                 (T, n)
-      bits_down_wire                                                              (T,)
+      bits_down_wire, bits_down_model                                             (T,)
       time/<phase>                                                                (T, world_size)
       mpi_bytes/<collective>                                                      (T, world_size)
       workers/...                                                                 (n,) tables
@@ -40,7 +40,7 @@ PARTIAL_SUFFIX = ".partial"
 CHECKPOINT_SUFFIX = ".checkpoint"     # a directory beside the results file: one <run_id>.h5 per interrupted run
 
 SCALAR_SERIES = ("iteration", "loss", "suboptimality", "dist_to_opt", "grad_norm_sq", "accuracy", "train_accuracy",
-                 "test_loss", "bits_down_wire")
+                 "test_loss", "bits_down_wire", "bits_down_model")
 WORKER_SERIES = ("bits_up_model", "bits_up_wire")
 PHASES = ("grad", "compress", "comm_up", "server", "comm_down", "iter")
 LEDGER = ("Gather", "Gatherv", "Bcast", "Allgather", "Allgatherv", "Allreduce")   # = transport.LEDGER

@@ -4,7 +4,9 @@ The collectives a run uses (``run.collective``, :mod:`hpcgc.exchange`) are, per 
 
 * ``gather`` (parameter server): ``Gather`` of each rank's payload length (one 4-byte ``int32``)
   and ``Gatherv`` of the payloads (``uint8``, zero-length allowed) to rank 0, then ``Bcast`` of
-  the new iterate (``float64``, plus one control word) from rank 0;
+  the new iterate (``float64``, plus one control word) from rank 0 — or, with a compressed
+  downlink (``run.downlink``), ``Bcast`` of an 8-byte header (length, control word) and ``Bcast``
+  of the downlink payload (``uint8``);
 * ``allgather``: ``Allgather`` of the lengths and ``Allgatherv`` of the payloads to every rank;
 * ``allreduce``: ``Allreduce`` (SUM) of a float32/float64 vector, once per round of the message.
 
@@ -30,6 +32,7 @@ from .errors import UserError
 
 ROOT = 0
 LENGTH_BYTES = 4  # one int32 length announcement per rank and iteration
+DOWN_HEADER_BYTES = 8  # compressed downlink: int32 payload length + int32 control word, per iteration
 PHASES = ("grad", "compress", "comm_up", "server", "comm_down", "iter")
 LEDGER = ("Gather", "Gatherv", "Bcast", "Allgather", "Allgatherv", "Allreduce")
 """The collectives of the bit ledger, in the order of ``Transport.ledger``."""
@@ -62,6 +65,8 @@ class Transport:
         self._counts = np.zeros(self.size, dtype=np.int32)
         self._displs = np.zeros(self.size, dtype=np.int64)
         self._recv = np.zeros(1 << 16, dtype=np.uint8)
+        self._down_head = np.zeros(DOWN_HEADER_BYTES // 4, dtype=np.int32)   # downlink length, control word
+        self._down = np.zeros(1 << 16, dtype=np.uint8)
         self.reset_ledger()
 
     # -- ledger ---------------------------------------------------------------------------------
@@ -137,6 +142,26 @@ class Transport:
         self.comm.Bcast(buf, root=ROOT)
         if self.is_root:
             self.ledger[_BCAST] += buf.nbytes
+
+    def bcast_payload(self, payload: np.ndarray | None, control: int):
+        """The compressed downlink (``run.downlink``, EF21-P): rank 0 broadcasts its ``uint8``
+        ``payload`` and one control word; every rank gets ``(payload view, control)`` (the view is
+        valid until the next call). Two ``Bcast`` calls: an 8-byte header (int32 length, int32
+        control word), then the payload bytes (skipped when empty); both in the ``Bcast`` ledger."""
+        if self.is_root:
+            payload = self._lengths(payload)
+            self._down_head[0], self._down_head[1] = payload.nbytes, control
+        self.comm.Bcast(self._down_head, root=ROOT)
+        n = int(self._down_head[0])
+        if not self.is_root:
+            if n > self._down.size:
+                self._down = np.zeros(max(n, 2 * self._down.size), dtype=np.uint8)
+            payload = self._down[:n]
+        if n:
+            self.comm.Bcast(payload, root=ROOT)
+        if self.is_root:
+            self.ledger[_BCAST] += self._down_head.nbytes + n
+        return payload, int(self._down_head[1])
 
     # -- measurement traffic: not part of the algorithm, not in the ledger ------------------------
     def bcast_control(self, buf: np.ndarray):

@@ -99,6 +99,13 @@ BAD = [
       "--set", "data.dataset=digits"], "run.learning_rate is required for 'ef'"),
     (["--set", "run.algorithm=ef21", "--set", "run.compressor=identity", "--set", "run.collective=allreduce"],
      "algorithm 'ef21' cannot run under run.collective = 'allreduce'"),
+    (["--set", "run.collective=allreduce", "--set", "run.compressor=identity", "--set", "run.downlink=randk:k=5"],
+     "run.downlink = 'randk:k=5' needs a parameter server (run.collective = 'gather')"),
+    (["--set", "run.algorithm=local-sgd", "--set", "run.downlink=topk:k=5"],
+     "algorithm 'local-sgd' has no downlink state (EF21-P: workers evaluate at the broadcast model w); "
+     "run.downlink = 'topk:k=5' is taken by: dcgd, diana"),
+    (["--set", "run.downlink=randq:k=5"], "run.downlink: unknown compressor 'randq'"),
+    (["--set", "run.downlink=sign"], "no contraction"),
 ]
 
 

@@ -113,6 +113,10 @@ class Algorithm:
     """run.step_rule name -> the problem class it needs (STRONGLY_CONVEX, SMOOTH or NO_CONSTANT)."""
     auto_rules: dict = {}
     """problem class -> the rule run.step_rule = 'auto' resolves to."""
+    downlink_ok = False
+    """True for methods whose workers only read the broadcast model, so that the parameter server can
+    compress its broadcast with EF21-P (``run.downlink``, :mod:`hpcgc.exchange.downlink`): the
+    workers then evaluate at w, the server keeps stepping its own x."""
 
     def __init__(self, compressors: list, *, d: int, n_workers: int, weights, problem_info: dict,
                  options: dict):

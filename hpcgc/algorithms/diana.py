@@ -129,6 +129,9 @@ class Diana(Algorithm):
     name = "diana"
     learns_shifts = True
     needs_unbiased = True
+    downlink_ok = True
+    """Takes a compressed downlink (``run.downlink``, EF21-P + DIANA / + DCGD, Gruntkowska et al.
+    2023, Algs. 2–3): the workers evaluate at the broadcast w, the server step is unchanged."""
     collectives = ("gather", "allreduce", "allgather")
     nonconvex_ok = True
     step_rules = {k: v[0] for k, v in STEP_RULES.items()}

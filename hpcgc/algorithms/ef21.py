@@ -86,6 +86,7 @@ class EF21(Algorithm):
     name = "ef21"
     takes_biased = True
     nonconvex_ok = True
+    downlink_ok = True       # EF21-P (run.downlink): workers evaluate at the broadcast w, the server steps x
     step_rules = EF_STEP_RULES
     auto_rules = EF_AUTO_RULES
     collectives = ("gather", "allgather")

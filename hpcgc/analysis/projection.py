@@ -11,7 +11,9 @@ by the model's cost of the same messages, in the run's structure per iteration:
               ("linear" gather): (P−1) length messages + m payload messages per iteration,
               each α + bytes/β.  Alternative "tree": ⌈log₂P⌉ latency rounds per collective,
               the same bytes through the root's link.
-    downlink  Bcast of the (d+1)·8-byte iterate as a binomial tree: ⌈log₂P⌉ rounds of α + B/β.
+    downlink  Bcast of the (d+1)·8-byte iterate as a binomial tree: ⌈log₂P⌉ rounds of α + B/β;
+              with a compressed downlink (``run.downlink``, EF21-P) two Bcasts per iteration, the
+              8-byte header and the payload: ⌈log₂P⌉ rounds of 2α + B/β, B = 8 + payload bytes.
 
     T(k) = Σ_{iterations ≤ k} compute  +  α·(messages up) + (bytes up)/β  +  ⌈log₂P⌉·(k·α + (bytes down)/β)
 
@@ -110,6 +112,7 @@ class Costs:
     compute_exact: bool        # True: per-iteration maxima (per_iteration/); False: from cumulative totals
     collective: str = "gather"
     exchange_rounds: int = 1   # Allreduce calls per iteration (PowerSGD: 2)
+    down_bcasts: int = 1       # Bcasts per iteration: 2 with a compressed downlink (header, payload)
 
     @property
     def measured_comm(self) -> np.ndarray:
@@ -149,7 +152,7 @@ def costs(run) -> Costs:
         exact = True
     measured = np.asarray(tm["iter"], dtype=float)[:T, 0] if "iter" in tm else np.full(T, np.nan)
     return Costs(it, compute, up_messages.astype(float), up_bytes, down_bytes, measured, P, exact, collective,
-                 int(run.attrs.get("exchange_rounds", 1)))
+                 int(run.attrs.get("exchange_rounds", 1)), 1 if run.attrs.get("downlink", "dense") == "dense" else 2)
 
 
 def network_time(c: Costs, net: Network, gather: str = "linear") -> tuple[np.ndarray, np.ndarray]:
@@ -169,7 +172,7 @@ def network_time(c: Costs, net: Network, gather: str = "linear") -> tuple[np.nda
     else:
         raise ValueError(f"gather model {gather!r}: expected linear or tree")
     up = np.where(c.ranks > 1, up, 0.0)
-    down = rounds(c.ranks) * (c.iterations * net.latency + c.down_bytes / net.bandwidth)
+    down = rounds(c.ranks) * (c.iterations * c.down_bcasts * net.latency + c.down_bytes / net.bandwidth)
     return up, down
 
 

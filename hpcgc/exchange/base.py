@@ -51,8 +51,10 @@ class Exchange:
     """True when rank 0's per-iteration stop decision (bit and time budgets) reaches every rank
     with the iteration's own messages; otherwise those budgets are checked at evaluation points."""
 
-    def __init__(self, transport, alg, worker_ranks, me, x, encode_rng):
+    def __init__(self, transport, alg, worker_ranks, me, x, encode_rng, downlink=None, downlink_rng=None):
         self.t, self.alg = transport, alg
+        self.downlink = downlink                # a .downlink.Downlink (gather only; checked at plan time)
+        self.down_rng = downlink_rng            # rank 0's generator for the downlink compressor
         self.worker_ranks = worker_ranks
         self.me = me                            # worker index of this rank, None on a dedicated server
         self.x = x                              # the iterate every rank reads (updated in place)
@@ -91,8 +93,17 @@ class Exchange:
         """Every rank: CONTINUE, STOP or DIVERGED after this iteration (collective-free)."""
         return DIVERGED if exploded(self.x) else CONTINUE
 
+    def iterate(self):
+        """The iterate the run reports (metrics, ``x_final``): the server's own x, which is the
+        broadcast x on every rank unless the downlink is compressed."""
+        return self.x
+
+    def down_model_bits(self) -> float:
+        """Rank 0: this iteration's downlink model bits (0: no downlink)."""
+        return 0.0
+
     def account(self, bits_model, bits_wire) -> float:
-        """Rank 0: add this iteration's per-worker model and wire bits; return downlink bits."""
+        """Rank 0: add this iteration's per-worker model and wire bits; return downlink wire bits."""
         for i, p in self.msgs:
             bits_wire[i] += 8 * (LENGTH_BYTES + p.size)
             bits_model[i] += self.alg.model_bits(i, p)

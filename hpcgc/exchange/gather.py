@@ -1,20 +1,24 @@
 """``gather``: the parameter server (the default, as the seeds describe it).
 
     comm_up    Gather of one 4-byte length per rank + Gatherv of the payloads to rank 0
-    server     rank 0 decodes, aggregates and steps
-    comm_down  Bcast of the new iterate (float64) and one control word from rank 0
+    server     rank 0 decodes, aggregates and steps (and compresses the downlink message, if any)
+    comm_down  Bcast of the new iterate (float64) and one control word from rank 0; with a
+               compressed downlink (``run.downlink``, EF21-P, :mod:`.downlink`): Bcast of an 8-byte
+               header (payload length, control word), Bcast of the payload, and every rank's
+               decoding of it into w
 
 Cost model (α–β, P ranks, payload s_i bytes, d coordinates): the Gatherv moves Σ_{i≠0} s_i bytes
-into rank 0's link, ≈ α·log P + β·Σ s_i; the broadcast 8(d + 1) bytes to every rank,
+into rank 0's link, ≈ α·log P + β·Σ s_i; the dense broadcast 8(d + 1) bytes to every rank,
 ≈ (α + β·8(d + 1))·log P for a binomial tree (MPICH switches to scatter + allgather,
-≈ 2β·8(d + 1), for large messages). The downlink is dense whatever the compressor.
+≈ 2β·8(d + 1), for large messages). A compressed downlink of s_0 payload bytes costs two
+broadcasts, ≈ (2α + β·(8 + s_0))·log P: one more latency, s_0 instead of 8d bytes.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..transport import wtime
-from .base import DIVERGED, EMPTY, Exchange, exploded, messages
+from ..transport import DOWN_HEADER_BYTES, wtime
+from .base import CONTINUE, DIVERGED, EMPTY, Exchange, exploded, messages
 
 
 class Gather(Exchange):
@@ -26,12 +30,19 @@ class Gather(Exchange):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         d = self.x.shape[0]
-        self.xbuf = np.zeros(d + 1)             # iterate + one control word
+        self.xbuf = np.zeros(d + 1) if self.downlink is None else None   # iterate + one control word
+        # compressed downlink (EF21-P): self.x is w on every rank; rank 0 also keeps the server's x
+        self.server_x = None
+        self.down_payload = EMPTY
+        self.control_word = CONTINUE
+        self.diff = np.empty(d) if self.downlink is not None and self.t.is_root else None
 
     def encode(self, ws):
         return EMPTY if ws is None else super().encode(ws)
 
     def exchange(self, msg, ss):
+        if self.downlink is not None:
+            return self._exchange_compressed(msg, ss)
         t0 = wtime()
         got = self.t.gather_payloads(msg)
         t1 = wtime()
@@ -49,12 +60,77 @@ class Gather(Exchange):
         self.x[:] = self.xbuf[:-1]
         return 0.0, t1 - t0, t2 - t1, t4 - t3
 
+    # -- compressed downlink (EF21-P) ---------------------------------------------------------------
+    def _exchange_compressed(self, msg, ss):
+        t0 = wtime()
+        got = self.t.gather_payloads(msg)
+        t1 = wtime()
+        payload, control = None, CONTINUE
+        if got is not None:
+            self.msgs = messages(got, self.worker_ranks)
+            self.server_x = self.alg.server_step(ss, self.msgs)
+            payload = self._compress_down(self.server_x)
+            t2 = wtime()
+            self.down_payload = EMPTY if payload is None else payload
+            control = self._stepped()
+            if payload is None:                        # diverged: nothing to send
+                payload, control = EMPTY, DIVERGED
+        else:
+            t2 = t1
+        t3 = wtime()
+        payload, control = self.t.bcast_payload(payload, int(control))
+        if control != DIVERGED:
+            self._decode_down(payload)
+        t4 = wtime()
+        self.control_word = float(control)
+        return 0.0, t1 - t0, t2 - t1, t4 - t3
+
+    def _compress_down(self, xs):
+        """Rank 0: the downlink payload C(x^{k+1} − w^k) (lossless: x^{k+1} itself); None when the
+        iterate diverged (non-finite, or too large for the compressor's wire format)."""
+        if exploded(xs):
+            return None
+        dl = self.downlink
+        src = xs if dl.lossless else np.subtract(xs, self.x, out=self.diff)
+        try:
+            return dl.comp.compress(src, self.down_rng)
+        except ValueError:
+            return None
+
+    def _decode_down(self, payload):
+        """Every rank: w^{k+1} = w^k + scale·C(x^{k+1} − w^k) from the broadcast bytes (lossless: x^{k+1})."""
+        dl, d = self.downlink, self.x.shape[0]
+        if dl.lossless:
+            self.x[:] = dl.comp.decompress(payload, d)
+        else:
+            dl.comp.decompress_add(payload, d, self.x, dl.scale)
+
+    def iterate(self):
+        return self.server_x if self.server_x is not None else self.x
+
     def control(self) -> float:
-        return float(self.xbuf[-1])
+        return float(self.xbuf[-1]) if self.downlink is None else self.control_word
 
     def account(self, bits_model, bits_wire) -> float:
         super().account(bits_model, bits_wire)
-        return 8.0 * self.xbuf.nbytes
+        if self.downlink is None:
+            return 8.0 * self.xbuf.nbytes
+        return 8.0 * (DOWN_HEADER_BYTES + self.down_payload.size)
+
+    def down_model_bits(self) -> float:
+        """Dense: 64·d (the float64 iterate; the control word is overhead); compressed: the downlink
+        compressor's model bits of this iteration's payload (0 when nothing was sent)."""
+        d = self.x.shape[0]
+        if self.downlink is None:
+            return 64.0 * d
+        return float(self.downlink.comp.model_bits(self.down_payload, d)) if self.down_payload.size else 0.0
+
+    def state(self) -> dict:
+        return {} if self.downlink is None else {"down_rng": self.down_rng.bit_generator.state}
+
+    def restore(self, state: dict) -> None:
+        if "down_rng" in state:
+            self.down_rng.bit_generator.state = state["down_rng"]
 
     def _deliver(self, payload):
         return self.t.gather_payloads(payload)

@@ -5,7 +5,7 @@ What is saved, per rank (a pickled dict; ``docs/results.md`` "Checkpoints"):
 
 * the iterate x, the worker state and the server state (every numpy array of the algorithm's
   state dataclasses: DIANA's shifts h_i and h, momentum v, error-feedback memory e_i, local copies…),
-* the exchange's persistent state (PowerSGD's warm-start Q),
+* the exchange's persistent state (PowerSGD's warm-start Q; the compressed downlink's random stream),
 * every random stream (the rank's generator and the shared one, as ``bit_generator.state``),
 * the rank's phase timers, per-iteration timings so far and MPI byte ledger;
 
@@ -95,7 +95,7 @@ class RunState:
               "mpi_ledger": self.t.ledger.copy()}
         if self.ledger is not None:                 # rank 0
             st["root"] = {"model": self.ledger.model.copy(), "wire": self.ledger.wire.copy(),
-                          "down": self.ledger.down, "start": self.stop_rules.start, "rows": rows,
+                          "down": self.ledger.down, "down_model": self.ledger.down_model, "start": self.stop_rules.start, "rows": rows,
                           "elapsed": time.monotonic() - self.budgets.t0}
         return pickle.dumps(st, protocol=5)
 
@@ -117,6 +117,7 @@ class RunState:
         if self.ledger is not None:
             root = st["root"]
             self.ledger.model[:], self.ledger.wire[:], self.ledger.down = root["model"], root["wire"], root["down"]
+            self.ledger.down_model = root.get("down_model", 0.0)
             self.stop_rules.start = root["start"]
             self.budgets.t0 = time.monotonic() - root["elapsed"]
         return k

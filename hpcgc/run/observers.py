@@ -51,16 +51,18 @@ class Clock:
 
 
 class Ledger:
-    """Rank 0: cumulative model and wire bits per worker (uplink) and downlink bits, accounted by
-    the exchange from the messages that really went through MPI."""
+    """Rank 0: cumulative model and wire bits per worker (uplink) and downlink wire and model bits,
+    accounted by the exchange from the messages that really went through MPI."""
 
     def __init__(self, n: int):
         self.model = np.zeros(n)
         self.wire = np.zeros(n)
         self.down = 0.0
+        self.down_model = 0.0
 
     def account(self, ex):
         self.down += ex.account(self.model, self.wire)
+        self.down_model += ex.down_model_bits()
 
 
 class Budgets:
@@ -167,7 +169,8 @@ class Watch:
         if t.is_root:
             row = self.metrics()
             row.update(iteration=k, bits_up_model=self.ledger.model, bits_up_wire=self.ledger.wire,
-                       bits_down_wire=self.ledger.down, time=rows[:, :len(PHASES)],
+                       bits_down_wire=self.ledger.down,
+                       bits_down_model=self.ledger.down_model, time=rows[:, :len(PHASES)],
                        mpi_bytes=rows[:, len(PHASES):len(PHASES) + len(LEDGER)], stop_signal=rows[:, -1].max())
             self.last_row = row
             votes = [o.evaluate(k, row) for o in self.observers if hasattr(o, "evaluate")]

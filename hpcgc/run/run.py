@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import algorithms, allocation, compressors, config, exchange
 from ..errors import ConfigError
+from ..exchange import downlink
 from ..exchange.base import CONTINUE
 from ..problems import BINARY_KINDS
 from ..transport import LENGTH_BYTES, PHASES, Transport
@@ -32,6 +33,8 @@ from .setup import RunPlan, Setup, binary_accuracy
 EMPTY = np.zeros(0, dtype=np.uint8)
 SHARED_STREAM = 0x5EED
 """Spawn key of the generator every rank draws alike (shared-seed compressors)."""
+DOWNLINK_STREAM = 0xD0A1
+"""Spawn key of the generator of the downlink compressor (rank 0 alone draws from it)."""
 
 
 @dataclass
@@ -86,6 +89,8 @@ class Run:
         self.shared_rng = np.random.default_rng(np.random.SeedSequence(self.r["seed"], spawn_key=(SHARED_STREAM,)))
         self.shared = any(c.shared_randomness for c in self.comps)
         self.grad0 = None               # rank 0: ‖∇f(x⁰)‖² on problems without f* (the tolerance's reference)
+        self.downlink = downlink.build(self.r["downlink"], d=s.d, n_workers=s.n_workers)
+        self.down_rng = np.random.default_rng(np.random.SeedSequence(self.r["seed"], spawn_key=(DOWNLINK_STREAM,)))
 
     def _per_worker_compressors(self) -> list:
         """Worker i's compressor: with a budget, an allocation sets each worker's kept fraction δ_i,
@@ -177,7 +182,8 @@ class Run:
             mine = np.full(width, -np.inf) if vals is None else np.asarray(vals, dtype=np.float64)
             alg.set_agreed(t.allreduce_max_array(mine))
         ex = exchange.get(r["collective"])(t, alg, s.worker_ranks, me, x,
-                                           self.shared_rng if self.shared else self.rng)
+                                           self.shared_rng if self.shared else self.rng,
+                                           downlink=self.downlink, downlink_rng=self.down_rng)
         ss = alg.server_init(x) if ex.holds_server else None
         one_time = self._one_time_upload(ex, ws, ss)
         crossed = np.array([rk != 0 or ex.server_everywhere for rk in s.worker_ranks])
@@ -209,11 +215,14 @@ class Run:
             observers = [Recorder(self.writer, rw, outcome), rules, bar]
 
         saver = Checkpointer(t, state, policy, rw)
-        watch = Watch(t, clock, ledger, lambda: self._metrics(x, x0_dist), observers, checkpoint=saver)
+        watch = Watch(t, clock, ledger, lambda: self._metrics(ex.iterate(), x0_dist), observers, checkpoint=saver)
         done, blew_up = iterate(alg, ex, ws, ss, x, s.local, self.rng, iterations=r["iterations"],
                                 eval_every=r["eval_every"], watch=watch, start=start)
         self.checkpoint_cost = saver.cost
-        self.x_final = x                # every rank's own copy (identical under allreduce/allgather)
+        # every rank's own copy (identical under allreduce/allgather); rank 0 under a compressed
+        # downlink: the server's x (the workers hold w)
+        x = ex.iterate()
+        self.x_final = x
         if blew_up:
             outcome.end("diverged", f"non-finite or exploding iterate at iteration {done}")
         if root:
@@ -234,7 +243,7 @@ class Run:
             # the divergent state is recorded as the last row so the file shows where it blew up
             rw.append({"iteration": done, "loss": np.nan, "suboptimality": np.nan, "dist_to_opt": np.nan,
                        "grad_norm_sq": np.nan, "accuracy": np.nan, "bits_up_model": ledger.model,
-                       "bits_up_wire": ledger.wire, "bits_down_wire": ledger.down,
+                       "bits_up_wire": ledger.wire, "bits_down_wire": ledger.down, "bits_down_model": ledger.down_model,
                        "time": np.tile(clock.totals, (t.size, 1)) * np.nan,
                        "mpi_bytes": np.tile(t.ledger, (t.size, 1)) * np.nan})
         if rw is not None:
@@ -297,6 +306,9 @@ class Run:
              "x_star_grad_norm": s.opt.grad_norm if s.opt else np.nan,
              "f_star_method": s.opt.method if s.opt else "none (nonconvex or no reference)", "L_max": s.L_max, "setup_seconds": s.setup_seconds,
              "iterations": r["iterations"], "eval_every": r["eval_every"], "batch": r["batch"],
-             "stop_measure": "f - f*" if s.opt else "grad_norm_sq / grad_norm_sq[0]"}
+             "stop_measure": "f - f*" if s.opt else "grad_norm_sq / grad_norm_sq[0]",
+             "downlink": downlink.DENSE}
+        if self.downlink is not None:
+            a.update(self.downlink.describe())
         a.update(self.alg.describe())
         return a

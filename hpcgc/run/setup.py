@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import algorithms, allocation, compressors, config, data, exchange
 from ..errors import ConfigError, UserError
+from ..exchange import downlink
 from ..models import MODEL_KINDS, ClassifierProblem, Model
 from ..problems import BINARY_KINDS, CONVEX_KINDS, Objective, cached_reference
 from ..problems import KINDS as LINEAR_KINDS
@@ -109,6 +110,12 @@ def _check_point(rc: dict, alg_cls, comp) -> list[tuple]:
                     f"run.iterations = {r['iterations']} with run.per_iteration_times = true needs "
                     f"{r['iterations'] * PER_ITERATION_BYTES / 2**30:.3g} GiB per rank for the timings; "
                     "set run.per_iteration_times = false (cumulative phase times are still recorded)"))
+    down_ok = True
+    try:
+        downlink.parse(r["downlink"])
+    except UserError as exc:
+        down_ok = False
+        out.append((("downlink", str(r["downlink"])), str(exc)))
     if alg_cls is None or comp is None or kind not in PROBLEM_KINDS:
         return out
     try:
@@ -129,6 +136,8 @@ def _check_point(rc: dict, alg_cls, comp) -> list[tuple]:
         try:
             alg_cls.check_plan(rc, comp)
             check_collective(r, alg_cls, comp)
+            if down_ok:
+                downlink.check(r["downlink"], alg_cls=alg_cls, collective=r["collective"])
             if getattr(comp, "matrices_only", False):
                 check_matrices(rc, comp)
         except UserError as exc:
@@ -167,6 +176,9 @@ def plan(cfg: dict, out=None) -> list[RunPlan]:
             tag += f"-{r['allocation']}"
         if r["collective"] != "gather" and not rc["label"]:
             tag += f"-{r['collective']}"
+        down = downlink.parse(r["downlink"])
+        if down is not None and not rc["label"]:
+            tag += f"-down-{down.spec}"
         tag = re.sub(r"[^A-Za-z0-9.+-]+", "_", tag.replace("=", ""))
         runs.append(RunPlan(i, f"{i:03d}-{tag}-s{r['seed']}", rc))
     return runs

@@ -28,6 +28,7 @@ CASES = {
     "dcgd-randk": {"run.algorithm": "dcgd", "run.compressor": "randk:k=6"},
     "ef-randk": {"run.algorithm": "ef", "run.compressor": "randk:k=6", "run.batch": 40},
     "ef21-topk": {"run.algorithm": "ef21", "run.compressor": "topk:k=3", "run.batch": 40},
+    "diana-ef21p-down": {"run.algorithm": "diana", "run.compressor": "qsgd:s=2", "run.downlink": "randk:k=6"},
     "diana+-dense": {"run.algorithm": "diana+", "run.compressor": "quant+:p=inf", "run.batch": 30},
     "local-sgd-topk-ef": {"data.dataset": "digits", "problem.kind": "softmax", "run.algorithm": "local-sgd",
                           "run.compressor": "topk:k=20", "run.error_feedback": True, "run.batch": 16,
@@ -105,7 +106,7 @@ def test_interrupted_and_resumed_equals_uninterrupted(shared_dir, case):
     ia, ib = a.series["iteration"], b.series["iteration"]
     assert set(ia) <= set(ib) and set(ib) - set(ia) <= {stopped_at}      # plus the row where it stopped
     keep = np.isin(ib, ia)
-    for key in ("loss", "grad_norm_sq", "bits_up_model", "bits_up_wire", "bits_down_wire"):
+    for key in ("loss", "grad_norm_sq", "bits_up_model", "bits_up_wire", "bits_down_wire", "bits_down_model"):
         assert np.array_equal(a.series[key], b.series[key][keep], equal_nan=True), key
     for coll, sent in a.mpi_bytes.items():
         assert np.array_equal(sent, b.mpi_bytes[coll][keep]), coll
