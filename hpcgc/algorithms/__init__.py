@@ -2,15 +2,23 @@
 from __future__ import annotations
 
 from ..errors import ConfigError
+from .adiana import Adiana
+from .adiana_plus import AdianaPlus
 from .diana import Dcgd, Diana
 from .local_sgd import LocalSGD
+from .marina import Marina
 from .smoothness import DcgdPlus, DianaPlus
+from .vr_diana import VrDiana
 
 REGISTRY = {
     "dcgd": (Dcgd, "distributed compressed (S)GD = DIANA with α = 0 (QSGD / TernGrad / DQGD)"),
     "diana": (Diana, "DIANA: compressed gradient differences with learned shifts (Mishchenko et al. 2019)"),
     "local-sgd": (LocalSGD, "local SGD rounds, per-tensor compressed model deltas, error feedback (DAGC setting)"),
     "dcgd+": (DcgdPlus, "DCGD+: DCGD with smoothness-aware compression S_i Q(S_i^- g) (Wang, Safaryan, Richtárik 2022)"),
+    "vr-diana": (VrDiana, "VR-DIANA: DIANA with L-SVRG variance-reduced mini-batch gradients (Horváth et al. 2019)"),
+    "adiana": (Adiana, "ADIANA: accelerated DIANA, two compressed messages per iteration (Li et al. 2020)"),
+    "adiana+": (AdianaPlus, "ADIANA+: ADIANA with smoothness-aware compression (Safaryan, Hanzely, Richtárik 2021)"),
+    "marina": (Marina, "MARINA: compressed gradient differences, dense rounds with probability p (Gorbunov et al. 2021)"),
     "diana+": (DianaPlus, "DIANA+: DIANA with smoothness-aware compression S_i Q(S_i^- .) (Wang, Safaryan, Richtárik 2022)"),
 }
 

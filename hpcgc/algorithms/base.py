@@ -36,6 +36,35 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ConfigError
+
+COIN_STREAM = 0xC014
+"""First word of the entropy of the shared coins (distinct from every rank's stream and the
+shared-seed compressors' stream)."""
+
+
+def shared_coin(seed: int, k: int, p: float) -> bool:
+    """The Bernoulli(p) coin of iteration k, identical on every rank: a pure function of (run seed, k),
+    drawn from ``default_rng([COIN_STREAM, seed, k])``. Used by VR-DIANA (reference-point refresh),
+    ADIANA (w-update) and MARINA (dense round). Nothing but k is state, so a checkpoint that saves the
+    iteration counter resumes the coin sequence exactly."""
+    if p >= 1.0:
+        return True
+    return bool(np.random.default_rng([COIN_STREAM, int(seed), int(k)]).random() < p)
+
+
+def coin_probability(name: str, value, default: float) -> float:
+    """``run.probability`` ('theory' → the method's default) checked to lie in (0, 1]."""
+    if value is None or value == "theory":
+        return float(default)
+    try:
+        p = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"run.probability must be a number in (0, 1] or 'theory', got {value!r}") from None
+    if not (0.0 < p <= 1.0):
+        raise ConfigError(f"run.probability must be in (0, 1] for {name} (theory default: {default:.4g}), got {value!r}")
+    return p
+
 
 class Algorithm:
     name = "?"
@@ -45,6 +74,8 @@ class Algorithm:
     """True for methods whose theory needs E[C(x)] = x (DIANA, DCGD): refused at plan time."""
     takes_biased = False
     """True for methods built for biased (contractive) compressors, e.g. with error feedback."""
+    nonconvex_ok = False
+    """True for methods with a nonconvex theory (VR-DIANA, MARINA); used once nonconvex problems run."""
 
     def __init__(self, compressors: list, *, d: int, n_workers: int, weights, problem_info: dict,
                  options: dict):

@@ -100,6 +100,9 @@ def _check_point(rc: dict, alg_cls, comp) -> list[tuple]:
         out.append((("momentum", r["momentum"]), f"run.momentum must be in [0, 1), got {r['momentum']!r}"))
     if isinstance(r["alpha"], str) and r["alpha"] != "theory":
         out.append((("alpha", r["alpha"]), f"run.alpha must be a number in (0, 1] or 'theory', got {r['alpha']!r}"))
+    prob = r.get("probability", "theory")
+    if prob != "theory" and (isinstance(prob, str) or not 0.0 < prob <= 1.0):
+        out.append((("probability", str(prob)), f"run.probability must be in (0, 1] or 'theory', got {prob!r}"))
     try:
         parse_every(r["checkpoint_every"])
     except UserError as exc:
