@@ -128,5 +128,11 @@ class Algorithm:
     def model_bits(self, i: int, payload) -> float:
         return self.compressors[i].model_bits(payload, self.d)
 
+    def grad_evals(self, state) -> float:
+        """Single-sample gradient evaluations worker ``state`` has made (NaN where not counted);
+        recorded per worker at the end of a run (``workers/grad_evals``)."""
+        ev = getattr(state, "evals", None)
+        return float(ev[0]) if ev is not None else float("nan")
+
     def describe(self) -> dict:
         return {}

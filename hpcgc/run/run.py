@@ -168,6 +168,7 @@ class Run:
         me = s.worker_ranks.index(t.rank) if t.rank in s.worker_ranks else None
         x = np.array(self.x0, dtype=np.float64)        # identical on every rank (zeros, or the seeded MLP init)
         ws = alg.worker_init(me, s.local) if me is not None else None
+        self.ws = ws
         vals = alg.agree_values(ws) if ws is not None else None
         width = int(t.allreduce_max(-1.0 if vals is None else float(len(vals))))
         if width >= 0:
@@ -219,7 +220,8 @@ class Run:
         """Tear-down (collective, untimed): sender-side ledger and per-iteration timings to rank 0,
         the run's tables, the summary."""
         s, t, r = self.s, self.t, self.r
-        sent = t.gather_rows(np.array([float(t.up_bytes)]))
+        evals = self.alg.grad_evals(self.ws) if self.ws is not None else np.nan
+        sent = t.gather_rows(np.array([float(t.up_bytes), evals]))
         per_it = clock.per_iteration
         per_rank = t.gather_rows(per_it[:done].ravel()) if per_it is not None else None
         if not t.is_root:
@@ -239,7 +241,7 @@ class Run:
                 "threshold": self.thresholds, "label_histogram": s.label_hist,
                 "one_time_bits": one_time["model"], "one_time_bits_wire": one_time["wire"],
                 "crossed_network": crossed, "smoothness": s.L_local,
-                "sender_bytes_up": sent[s.worker_ranks, 0]})
+                "sender_bytes_up": sent[s.worker_ranks, 0], "grad_evals": sent[s.worker_ranks, 1]})
             if per_rank is not None:
                 pr = per_rank.reshape(t.size, done, len(PHASES))
                 rw.write_table("per_iteration", {ph: pr[:, :, j].T.astype(np.float32)
