@@ -281,4 +281,11 @@ def test_plan_time_refusals():
     cfg["run"].update(algorithm="marina", collective="allreduce", compressor="identity")
     assert any("marina" in m and "allreduce" in m for m in check(cfg))
     cfg["run"].update(algorithm="vr-diana", collective="gather", compressor="topk:k=2")
-    assert any("vr-diana needs an unbiased compressor" in m for m in check(cfg))
+    msgs = check(cfg)
+    assert any("vr-diana needs an unbiased compressor" in m for m in msgs)
+    assert any("vr-diana needs mini-batches" in m for m in msgs)
+    cfg["run"].update(algorithm="marina", compressor="randk:k=2", batch=5)
+    assert any("marina uses full local gradients" in m for m in check(cfg))
+    cfg["run"].update(algorithm="adiana+", batch=0, collective="allgather")
+    cfg["problem"]["l2"] = 0.0
+    assert check(cfg) == ["adiana+ implements ADIANA's strongly convex theorem: problem.l2 (μ) must be > 0, got 0.0"]

@@ -164,6 +164,19 @@ def unframe(payload) -> tuple[np.ndarray, np.ndarray]:
     return payload[4:4 + n1], payload[4 + n1:]
 
 
+def plan_refusals(name: str, rc: dict) -> list[str]:
+    """What :func:`refuse_extras` and the μ > 0 requirement refuse, at plan time."""
+    out = []
+    try:
+        refuse_extras(name, {**rc["run"], "l1": rc["problem"]["l1"]})
+    except ConfigError as exc:
+        out.append(str(exc))
+    if not rc["problem"]["l2"] > 0:
+        out.append(f"{name} implements ADIANA's strongly convex theorem: problem.l2 (μ) must be > 0, "
+                   f"got {rc['problem']['l2']!r}")
+    return out
+
+
 def refuse_extras(name: str, options: dict) -> None:
     if int(options.get("batch", 0)):
         raise ConfigError(f"{name} uses full local gradients; set run.batch = 0")
@@ -196,6 +209,10 @@ class Adiana(Algorithm):
                                      alpha=options.get("alpha", "theory"))
         self.seed = int(options.get("seed", 0))
         self._ss = None
+
+    @classmethod
+    def check_plan(cls, rc: dict) -> list[str]:
+        return plan_refusals(cls.name, rc)
 
     def worker_init(self, i: int, problem=None) -> WorkerState:
         d = self.d

@@ -30,6 +30,7 @@ from .adiana import (
     frame,
     local_gradients,
     new_server_state,
+    plan_refusals,
     refuse_extras,
     server_update,
     theory_parameters,
@@ -68,6 +69,10 @@ class AdianaPlus(DianaPlus):
         self.par = {}
         self.seed = int(options.get("seed", 0))
         self._ss = None
+
+    @classmethod
+    def check_plan(cls, rc: dict) -> list[str]:
+        return plan_refusals(cls.name, rc)
 
     def set_agreed(self, maxima):
         super().set_agreed(maxima)

@@ -88,6 +88,11 @@ class Algorithm:
         self.n = n_workers
         self.weights = np.asarray(weights, dtype=np.float64)
 
+    @classmethod
+    def check_plan(cls, rc: dict) -> list[str]:
+        """Plan-time refusals of this algorithm's settings (no data): one message each."""
+        return []
+
     # agreement across workers (default: nothing to agree on)
     def agree_values(self, state):
         return None

@@ -56,6 +56,10 @@ class ServerState:
     dense: np.ndarray      # bool (1,): the last step was a dense round (bit accounting)
 
 
+NO_BATCH = ("marina uses full local gradients (VR-MARINA's mini-batches are not implemented); set run.batch = 0, "
+            "or use 'vr-diana' for mini-batches")
+
+
 def theory_step(L: float, omega: float, n: int, p: float) -> float:
     """MARINA Thm 2.1: γ = 1/(L·(1 + √((1 − p)·ω/(p·n))))."""
     return 1.0 / (L * (1.0 + math.sqrt((1.0 - p) * omega / (p * n))))
@@ -77,8 +81,7 @@ class Marina(Algorithm):
             bad = next(c for c in compressors if c.omega(d) is None)
             raise ConfigError(biased_refusal(self.name, bad.spec))
         if int(options.get("batch", 0)):
-            raise ConfigError("marina uses full local gradients (VR-MARINA's mini-batches are not implemented); "
-                              "set run.batch = 0, or use 'vr-diana' for mini-batches")
+            raise ConfigError(NO_BATCH)
         if float(options.get("l1", 0.0)):
             raise ConfigError("marina has no prox step; set problem.l1 = 0")
         if float(options.get("momentum", 0.0)):
@@ -93,6 +96,10 @@ class Marina(Algorithm):
         self.seed = int(options.get("seed", 0))
         self.dense = catalogue.make("identity").for_run(d=d, n_workers=n_workers)
         self._ss = None                     # the server state (bit accounting reads its round kind)
+
+    @classmethod
+    def check_plan(cls, rc: dict) -> list[str]:
+        return [NO_BATCH] if rc["run"]["batch"] else []
 
     def _dense_round(self, k: int) -> bool:
         return k == 0 or shared_coin(self.seed, k, self.p)

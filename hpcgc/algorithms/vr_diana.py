@@ -79,6 +79,10 @@ def sample_smoothness(problem) -> float:
     return c * float(sq.max(initial=0.0)) + problem.l2
 
 
+NO_BATCH = ("vr-diana needs mini-batches: set run.batch (e.g. 1/20 of a worker's samples); "
+            "with full local gradients use 'diana'")
+
+
 class VrDiana(Diana):
     """VR-DIANA (L-SVRG flavour): DIANA's messages and server, variance-reduced worker gradients."""
 
@@ -89,14 +93,17 @@ class VrDiana(Diana):
         super().__init__(compressors, d=d, n_workers=n_workers, weights=weights, problem_info=problem_info,
                          options=options)
         if self.batch <= 0:
-            raise ConfigError("vr-diana needs mini-batches: set run.batch (e.g. 1/20 of a worker's samples); "
-                              "with full local gradients use 'diana'")
+            raise ConfigError(NO_BATCH)
         self.seed = int(options.get("seed", 0))
         self.prob_option = options.get("probability", "theory")
         coin_probability(self.name, self.prob_option, 0.5)       # range check now; default set when m is known
         self.multiplier = float(options.get("step_multiplier", 1.0))
         self.L_max = float(problem_info["L_max"])
         self.p = self.L_b = self.L_one = self.m_max = float("nan")
+
+    @classmethod
+    def check_plan(cls, rc: dict) -> list[str]:
+        return [] if rc["run"]["batch"] > 0 else [NO_BATCH]
 
     def worker_init(self, i: int, problem=None) -> VrWorkerState:
         d = self.d

@@ -112,6 +112,8 @@ def _check_point(rc: dict, alg_cls, comp) -> list[tuple]:
                     f"run.iterations = {r['iterations']} with run.per_iteration_times = true needs "
                     f"{r['iterations'] * PER_ITERATION_BYTES / 2**30:.3g} GiB per rank for the timings; "
                     "set run.per_iteration_times = false (cumulative phase times are still recorded)"))
+    if alg_cls is not None:
+        out.extend((("algorithm-settings", r["algorithm"], msg), msg) for msg in alg_cls.check_plan(rc))
     if alg_cls is None or comp is None or kind not in PROBLEM_KINDS:
         return out
     try:
