@@ -73,7 +73,7 @@ def test_adiana_needs_fewer_iterations_than_diana_to_1e8_at_kappa_3e4(tmp_path):
     """breast cancer (569 × 30), λ = 1e-4 (κ = L_max/λ ≈ 3.4·10⁴), natural compression (ω = 1/8),
     4 workers, allgather, theory parameters of both: ADIANA reaches f − f* ≤ 1e-8 in ≈ 8900
     iterations; after as many iterations DIANA is still above 1e-3 (measured 6.4e-3 at 10 000; its
-    linear tail extrapolates to ≈ 1.2·10⁵ iterations, ≈ 13× more)."""
+    linear tail extrapolates to ≈ 1.3·10⁵ iterations, ≈ 15× more)."""
     res = launch(tmp_path, "acc", """
 name = "acc"
 [data]
