@@ -117,11 +117,11 @@ dataset = "breast-cancer"
 partition = "label-sorted"
 [problem]
 kind = "logreg"
-l2 = 0.05
+l2 = 0.1
 [run]
 algorithm = "adiana+"
 collective = "allgather"
-iterations = 4000
+iterations = 8000
 eval_every = 50
 tolerance = 1e-8
 per_iteration_times = false
@@ -138,3 +138,4 @@ run.compressor = "quant+:matrix=diag"
         assert run.attrs["smoothness_matrix"] == ("diagonal" if label == "diag" else "dense")
         assert run.workers["one_time_bits"].min() > 0
         assert np.all(np.isfinite(run.workers["grad_evals"]))
+        print(label, "iterations to 1e-8:", int(run.series["iteration"][-1]))
