@@ -25,6 +25,8 @@ comm = MPI.COMM_WORLD
 CASES = {
     "diana-qsgd": {"run.algorithm": "diana", "run.compressor": "qsgd:s=2", "run.momentum": 0.5, "run.batch": 40},
     "dcgd-randk": {"run.algorithm": "dcgd", "run.compressor": "randk:k=6"},
+    "vr-diana-coin": {"run.algorithm": "vr-diana", "run.compressor": "randk:k=6", "run.batch": 30},
+    "adiana-allgather": {"run.algorithm": "adiana", "run.compressor": "natural", "run.collective": "allgather"},
     "diana+-dense": {"run.algorithm": "diana+", "run.compressor": "quant+:p=inf", "run.batch": 30},
     "local-sgd-topk-ef": {"data.dataset": "digits", "problem.kind": "softmax", "run.algorithm": "local-sgd",
                           "run.compressor": "topk:k=20", "run.error_feedback": True, "run.batch": 16,
