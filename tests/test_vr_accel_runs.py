@@ -139,3 +139,15 @@ run.compressor = "quant+:matrix=diag"
         assert run.workers["one_time_bits"].min() > 0
         assert np.all(np.isfinite(run.workers["grad_evals"]))
         print(label, "iterations to 1e-8:", int(run.series["iteration"][-1]))
+
+
+def test_infeasible_adiana_parameters_one_line_on_every_rank_no_file(tmp_path):
+    out = tmp_path / "bad.h5"
+    p = run_mpi(N, ["-m", "hpcgc.bench", "--set", "run.step_multiplier=2.0", "--set", "sweep.algorithm=['adiana']",
+                    "--set", "sweep.compressor=['natural']", "--set", "run.collective=allgather", "-o", str(out)],
+                timeout=180)
+    assert p.returncode == 2, p.stderr[-2000:]
+    errors = [line for line in p.stderr.splitlines() if line.startswith("hpcgc: error:")]
+    assert errors == ["hpcgc: error: adiana: η = 0.07092 breaks η ≤ n/(64·ωL·(2p(ω+1)+1)²) = 0.03546 (n = 4, "
+                      "ω = 0.125, p = 0.4444); run.step_multiplier = 2 must be ≤ 1"], p.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []
