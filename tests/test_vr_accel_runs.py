@@ -64,6 +64,8 @@ run.iterations = 600
     refreshes = sum(shared_coin(0, k, p) for k in range(T))
     assert np.array_equal(vr.workers["grad_evals"], m + 2 * 101 * T + m * refreshes)   # counted evaluations
     assert np.all(np.isnan(dn.workers["grad_evals"]))
+    assert vr.series["grad_evals"][-1] == vr.workers["grad_evals"].sum()
+    assert vr.series["grad_evals"][0] == 0 and np.all(np.diff(vr.series["grad_evals"]) > 0)
     floor = dn.series["suboptimality"][-3:].min()
     assert floor >= 100 * max(final, 1e-10), (floor, final)
 

@@ -205,7 +205,8 @@ class Run:
             observers = [Recorder(self.writer, rw, outcome), rules, bar]
 
         saver = Checkpointer(t, state, policy, rw)
-        watch = Watch(t, clock, ledger, lambda: self._metrics(x, x0_dist), observers, checkpoint=saver)
+        watch = Watch(t, clock, ledger, lambda: self._metrics(x, x0_dist), observers, checkpoint=saver,
+                      evals=lambda: alg.grad_evals(ws) if ws is not None else np.nan)
         done, blew_up = iterate(alg, ex, ws, ss, x, s.local, self.rng, iterations=r["iterations"],
                                 eval_every=r["eval_every"], watch=watch, start=start)
         self.checkpoint_cost = saver.cost

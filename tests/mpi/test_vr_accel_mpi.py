@@ -35,6 +35,9 @@ def test_marina_dense_rounds_on_the_same_iterations_everywhere_and_in_both_ledge
         assert np.all(wire[k] == dense_wire) == dense, k
     assert 2 <= sum(shared_coin(4, k, p) for k in range(1, 80)) <= 20
     assert np.array_equal(run.workers["sender_bytes_up"] * 8, run.series["bits_up_wire"][-1])
+    m = run.workers["samples"]                          # one full local gradient per worker and iteration
+    assert np.array_equal(run.series["grad_evals"], run.series["iteration"] * m.sum())
+    assert np.array_equal(run.workers["grad_evals"], 80 * m)
 
 
 def test_marina_with_p_one_is_dcgd_identity_exactly(shared_dir):  # noqa: F811
@@ -45,6 +48,7 @@ def test_marina_with_p_one_is_dcgd_identity_exactly(shared_dir):  # noqa: F811
     assert np.array_equal(m[0].x_final, g[0].x_final)
     assert np.array_equal(m[0].series["bits_up_model"], g[0].series["bits_up_model"])
     assert np.array_equal(m[0].series["suboptimality"], g[0].series["suboptimality"])
+    assert np.all(np.isnan(g[0].series["grad_evals"]))              # dcgd does not count
 
 
 def test_same_seed_same_iterates(shared_dir):  # noqa: F811
