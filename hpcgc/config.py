@@ -97,6 +97,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
                              check=(_nonneg, ">= 0")),
         "local_steps": Key(int, 1, "local SGD steps per round (local-sgd; 1 = compressed SGD)", check=(_positive, "> 0")),
         "error_feedback": Key(bool, False, "error feedback: compress residual + update, keep the rest (local-sgd)"),
+        "probability": Key((str, *_NUM), "theory", "the shared coin's p: VR-DIANA reference refresh (theory: b/m), "
+                            "ADIANA w-update (its theorem), MARINA dense round (1/(1+ω)); in (0, 1]"),
         "batch": Key(int, 0, "mini-batch size per worker (0 = full local gradient)", check=(_nonneg, ">= 0")),
         "seed": Key(int, 0, "random seed (rank r uses SeedSequence(seed).spawn(world_size)[r])",
                     check=(_nonneg, ">= 0")),

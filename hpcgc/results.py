@@ -40,7 +40,7 @@ PARTIAL_SUFFIX = ".partial"
 CHECKPOINT_SUFFIX = ".checkpoint"     # a directory beside the results file: one <run_id>.h5 per interrupted run
 
 SCALAR_SERIES = ("iteration", "loss", "suboptimality", "dist_to_opt", "grad_norm_sq", "accuracy", "train_accuracy",
-                 "test_loss", "bits_down_wire", "bits_down_model")
+                 "test_loss", "bits_down_wire", "bits_down_model", "grad_evals")
 WORKER_SERIES = ("bits_up_model", "bits_up_wire")
 PHASES = ("grad", "compress", "comm_up", "server", "comm_down", "iter")
 LEDGER = ("Gather", "Gatherv", "Bcast", "Allgather", "Allgatherv", "Allreduce")   # = transport.LEDGER
@@ -225,7 +225,7 @@ class RunWriter:
                                   chunks=(256, world))
 
     def _series(self):
-        yield from (self.g[name] for name in (*SCALAR_SERIES, *WORKER_SERIES))
+        yield from (self.g[name] for name in (*SCALAR_SERIES, *WORKER_SERIES) if name in self.g)
         for group, names in (("time", PHASES), ("mpi_bytes", LEDGER)):
             yield from (self.g[group][name] for name in names)
 
@@ -257,6 +257,8 @@ class RunWriter:
         ``mpi_bytes`` → (world, collectives) array (the transport's cumulative sender ledger)."""
         t = self.rows
         for name in SCALAR_SERIES:
+            if name not in self.g:             # a file begun by an older version, resumed: no such series
+                continue
             ds = self.g[name]
             ds.resize((t + 1,))
             ds[t] = row.get(name, np.nan)

@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 from ..errors import ConfigError
+from .adiana import Adiana
+from .adiana_plus import AdianaPlus
 from .diana import Dcgd, Diana
 from .ef import EF
 from .ef21 import EF21
 from .local_sgd import LocalSGD
+from .marina import Marina
 from .smoothness import DcgdPlus, DianaPlus
+from .vr_diana import VrDiana
 
 REGISTRY = {
     "dcgd": (Dcgd, "distributed compressed (S)GD = DIANA with α = 0 (QSGD / TernGrad / DQGD)"),
@@ -15,6 +19,10 @@ REGISTRY = {
     "dcgd+": (DcgdPlus, "DCGD+: DCGD with smoothness-aware compression S_i Q(S_i^- g) (Wang, Safaryan, Richtárik 2022)"),
     "ef": (EF, "EF (EF14 / EF-SGD): error feedback, compressed γ·g plus memory (Seide et al. 2014, Karimireddy et al. 2019)"),
     "ef21": (EF21, "EF21: error feedback by compressed gradient differences (Richtárik, Sokolov, Fatkhullin 2021)"),
+    "vr-diana": (VrDiana, "VR-DIANA: DIANA with L-SVRG variance-reduced mini-batch gradients (Horváth et al. 2019)"),
+    "adiana": (Adiana, "ADIANA: accelerated DIANA, two compressed messages per iteration (Li et al. 2020)"),
+    "adiana+": (AdianaPlus, "ADIANA+: ADIANA with smoothness-aware compression (Safaryan, Hanzely, Richtárik 2021)"),
+    "marina": (Marina, "MARINA: compressed gradient differences, dense rounds with probability p (Gorbunov et al. 2021)"),
     "diana+": (DianaPlus, "DIANA+: DIANA with smoothness-aware compression S_i Q(S_i^- .) (Wang, Safaryan, Richtárik 2022)"),
 }
 

@@ -16,8 +16,9 @@ Before the first iteration, in this order (all optional):
     worker_setup_message(ws) -> bytes|None   one-time upload, same Gatherv as every payload,
     server_setup(ss, [(i, bytes)...])        recorded as workers/one_time_bits (model and wire)
 
-At plan time (no data) the classmethod ``check_plan(rc, compressor)`` may refuse a grid point
-(ConfigError, one line): e.g. EF21 with a compressor that has no contraction δ.
+At plan time (no data) the classmethod ``plan_refusals(rc, compressor)`` lists why a grid point
+cannot run (one line each): e.g. EF21 with a compressor that has no contraction δ, MARINA with a
+mini-batch, ADIANA with λ = 0.
 
 Collectives (``run.collective``, :mod:`hpcgc.exchange`): under ``gather`` rank 0 alone holds the
 server state; under ``allgather`` every rank does and runs ``server_step`` on all messages. An
@@ -95,6 +96,33 @@ def learning_rate(options: dict, who: str) -> float:
                           f"got {options.get('learning_rate')!r}")
     return float(lr)
 
+COIN_STREAM = 0xC014
+"""First word of the entropy of the shared coins (distinct from every rank's stream and the
+shared-seed compressors' stream)."""
+
+
+def shared_coin(seed: int, k: int, p: float) -> bool:
+    """The Bernoulli(p) coin of iteration k, identical on every rank: a pure function of (run seed, k),
+    drawn from ``default_rng([COIN_STREAM, seed, k])``. Used by VR-DIANA (reference-point refresh),
+    ADIANA (w-update) and MARINA (dense round). Nothing but k is state, so a checkpoint that saves the
+    iteration counter resumes the coin sequence exactly."""
+    if p >= 1.0:
+        return True
+    return bool(np.random.default_rng([COIN_STREAM, int(seed), int(k)]).random() < p)
+
+
+def coin_probability(name: str, value, default: float) -> float:
+    """``run.probability`` ('theory' → the method's default) checked to lie in (0, 1]."""
+    if value is None or value == "theory":
+        return float(default)
+    try:
+        p = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"run.probability must be a number in (0, 1] or 'theory', got {value!r}") from None
+    if not (0.0 < p <= 1.0):
+        raise ConfigError(f"run.probability must be in (0, 1] for {name} (theory default: {default:.4g}), got {value!r}")
+    return p
+
 
 class Algorithm:
     name = "?"
@@ -171,10 +199,11 @@ class Algorithm:
         return None
 
     @classmethod
-    def check_plan(cls, rc: dict, compressor) -> None:
-        """Plan-time refusals of this algorithm (no data; ``rc`` one grid point's resolved config):
-        raise ConfigError. Default: none."""
-        return None
+    def plan_refusals(cls, rc: dict, compressor=None) -> list[str]:
+        """Plan-time refusals of this algorithm's settings (no data; ``rc`` one grid point's resolved
+        config, ``compressor`` its compressor or None when the spec itself is bad): one message each.
+        Default: none."""
+        return []
 
     # agreement across workers (default: nothing to agree on)
     def agree_values(self, state):
@@ -215,6 +244,12 @@ class Algorithm:
 
     def model_bits(self, i: int, payload) -> float:
         return self.compressors[i].model_bits(payload, self.d)
+
+    def grad_evals(self, state) -> float:
+        """Single-sample gradient evaluations worker ``state`` has made (NaN where not counted);
+        recorded per worker at the end of a run (``workers/grad_evals``)."""
+        ev = getattr(state, "evals", None)
+        return float(ev[0]) if ev is not None else float("nan")
 
     def describe(self) -> dict:
         return {}

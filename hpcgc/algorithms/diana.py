@@ -170,8 +170,9 @@ class Diana(Algorithm):
                           "A_sgd": problem_info["L_max"]}
         if self.step_rule == LEARNING_RATE:
             self.gamma = mult * learning_rate(options, f"{self.name} with step rule 'learning-rate'")
-        elif self.step_rule == "unified" and self.batch:
-            self.gamma = math.nan        # needs every worker's A_i: set by set_agreed before the first step
+        elif (self.step_rule == "unified" and self.batch) or self.step_rule not in STEP_RULES:
+            self.gamma = math.nan        # set by set_agreed before the first step: the unified rule needs every
+            #                              worker's A_i; a subclass's own rule (VR-DIANA) its agreed constants
         else:
             self.gamma = mult * STEP_RULES[self.step_rule][1](self.constants)
 

@@ -122,16 +122,17 @@ class EF(Algorithm):
     collectives = ("gather", "allreduce", "allgather")
 
     @classmethod
-    def check_plan(cls, rc: dict, comp) -> None:
-        msg = plan_refusal(cls.name, rc, comp, needs_delta=False)
-        if msg:
-            raise ConfigError(msg)
+    def plan_refusals(cls, rc: dict, compressor=None) -> list[str]:
+        msg = plan_refusal(cls.name, rc, compressor, needs_delta=False) if compressor is not None else None
+        return [msg] if msg else []
 
     def __init__(self, compressors, *, d, n_workers, weights, problem_info, options):
         super().__init__(compressors, d=d, n_workers=n_workers, weights=weights, problem_info=problem_info,
                          options=options)
-        self.check_plan({"run": {"momentum": options.get("momentum", 0.0), "alpha": options.get("alpha", "theory")},
-                         "problem": {"l1": options.get("l1", 0.0)}}, compressors[0])
+        for msg in self.plan_refusals({"run": {"momentum": options.get("momentum", 0.0),
+                                               "alpha": options.get("alpha", "theory")},
+                                       "problem": {"l1": options.get("l1", 0.0)}}, compressors[0]):
+            raise ConfigError(msg)
         mult, lr, self.step_rule = step_options(self, options, problem_info)
         pairs = [contraction(c, d) for c in compressors]
         self.scales = np.array([s for _, s in pairs])

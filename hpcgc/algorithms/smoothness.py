@@ -243,26 +243,17 @@ class DianaPlus(Algorithm):
 
     def worker_encode(self, state: WorkerState, rng) -> np.ndarray:
         """Whiten (y = S_i^- Δ_i), compress y, update h_i with S̃_i times the decoded own message."""
-        state.fac.whiten(state.delta, state.y)
-        payload = state.comp.compress(state.y, rng)
-        if self.alpha != 0.0:
-            idx, vals, _ = decode(state.comp, payload, self.d)
-            if state.fac.kind == "dense":
-                state.h += self.alpha * (vals @ state.S[idx])
-            else:
-                state.h[idx] += self.alpha * state.S[idx] * vals
-        return payload
+        return self.compress_whitened(state, state.delta, rng, state.h, self.alpha)
 
     def server_init(self, x0: np.ndarray) -> ServerState:
         return ServerState(x=np.array(x0, dtype=np.float64), h=np.zeros(self.d), v=np.zeros(self.d))
 
-    def server_step(self, state: ServerState, messages) -> np.ndarray:
+    def aggregate(self, messages) -> tuple[np.ndarray, dict]:
+        """m = Σ_i w_i S̃_i Q_i(…) from whitened payloads [(i, payload)], and each payload's model bits."""
         d = self.d
-        cols, vals = [], []
-        self._bits = {}
+        cols, vals, bits = [], [], {}
         for i, payload in messages:
-            idx, v, bits = decode(self.decoders[i], payload, d)
-            self._bits[i] = (payload, bits)
+            idx, v, bits[i] = decode(self.decoders[i], payload, d)
             cols.append(idx + i * d)
             vals.append(v * self.weights[i])
         cols = np.concatenate(cols) if cols else np.zeros(0, dtype=np.int64)
@@ -271,6 +262,25 @@ class DianaPlus(Algorithm):
             m = rows_product(self.S_rows, cols, vals, self.S_rows.shape[0])
         else:
             m = np.bincount(cols % d, weights=self.S_rows[cols] * vals, minlength=d)
+        return m, bits
+
+    def compress_whitened(self, state: WorkerState, v: np.ndarray, rng, out=None, a: float = 0.0) -> np.ndarray:
+        """Payload of Q_i(S_i^- v); with ``out`` and a ≠ 0 also out += a·S̃_i Q_i(S_i^- v), the decoded
+        own message (exactly what the server applies)."""
+        state.fac.whiten(v, state.y)
+        payload = state.comp.compress(state.y, rng)
+        if out is not None and a != 0.0:
+            idx, vals, _ = decode(state.comp, payload, self.d)
+            if state.fac.kind == "dense":
+                out += a * (vals @ state.S[idx])
+            else:
+                out[idx] += a * state.S[idx] * vals
+        return payload
+
+    def server_step(self, state: ServerState, messages) -> np.ndarray:
+        messages = list(messages)
+        m, bits = self.aggregate(messages)
+        self._bits = {i: (payload, bits[i]) for i, payload in messages}
         # v = β v + (h + m);  x = prox(x − γ v);  h += α m
         if self.beta:
             state.v *= self.beta

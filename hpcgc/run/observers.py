@@ -150,8 +150,10 @@ class ProgressLine:
 class Watch:
     """The loop's observer hub (see the module doc). ``metrics(x)`` → dict is rank 0's evaluation."""
 
-    def __init__(self, transport, clock: Clock, ledger: Ledger | None, metrics, observers, checkpoint=None):
+    def __init__(self, transport, clock: Clock, ledger: Ledger | None, metrics, observers, checkpoint=None,
+                 evals=None):
         self.t, self.clock, self.ledger = transport, clock, ledger
+        self.evals = evals or (lambda: np.nan)   # this rank's gradient evaluations so far (NaN: not counted)
         self.metrics, self.observers = metrics, observers
         self.checkpoint = checkpoint          # a checkpoint.Checkpointer (due(k) on rank 0; call = collective save)
         self.ctrl = np.zeros(2)               # stop decision, checkpoint now
@@ -165,13 +167,14 @@ class Watch:
 
     def evaluate(self, k: int) -> bool:
         t = self.t
-        rows = t.gather_rows(np.concatenate([self.clock.totals, t.ledger, [REQUEST.signum]]))
+        rows = t.gather_rows(np.concatenate([self.clock.totals, t.ledger, [self.evals(), REQUEST.signum]]))
         if t.is_root:
             row = self.metrics()
             row.update(iteration=k, bits_up_model=self.ledger.model, bits_up_wire=self.ledger.wire,
                        bits_down_wire=self.ledger.down,
                        bits_down_model=self.ledger.down_model, time=rows[:, :len(PHASES)],
-                       mpi_bytes=rows[:, len(PHASES):len(PHASES) + len(LEDGER)], stop_signal=rows[:, -1].max())
+                       mpi_bytes=rows[:, len(PHASES):len(PHASES) + len(LEDGER)], stop_signal=rows[:, -1].max(),
+                       grad_evals=float(np.nansum(rows[:, -2])) if np.isfinite(rows[:, -2]).any() else np.nan)
             self.last_row = row
             votes = [o.evaluate(k, row) for o in self.observers if hasattr(o, "evaluate")]
             self.ctrl[0] = max(votes, default=CONTINUE)

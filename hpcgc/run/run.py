@@ -176,6 +176,7 @@ class Run:
         me = s.worker_ranks.index(t.rank) if t.rank in s.worker_ranks else None
         x = np.array(self.x0, dtype=np.float64)        # identical on every rank (zeros, or the seeded MLP init)
         ws = alg.worker_init(me, s.local) if me is not None else None
+        self.ws = ws
         vals = alg.agree_values(ws) if ws is not None else None
         width = int(t.allreduce_max(-1.0 if vals is None else float(len(vals))))
         if width >= 0:
@@ -215,7 +216,8 @@ class Run:
             observers = [Recorder(self.writer, rw, outcome), rules, bar]
 
         saver = Checkpointer(t, state, policy, rw)
-        watch = Watch(t, clock, ledger, lambda: self._metrics(ex.iterate(), x0_dist), observers, checkpoint=saver)
+        watch = Watch(t, clock, ledger, lambda: self._metrics(ex.iterate(), x0_dist), observers, checkpoint=saver,
+                      evals=lambda: alg.grad_evals(ws) if ws is not None else np.nan)
         done, blew_up = iterate(alg, ex, ws, ss, x, s.local, self.rng, iterations=r["iterations"],
                                 eval_every=r["eval_every"], watch=watch, start=start)
         self.checkpoint_cost = saver.cost
@@ -233,7 +235,8 @@ class Run:
         """Tear-down (collective, untimed): sender-side ledger and per-iteration timings to rank 0,
         the run's tables, the summary."""
         s, t, r = self.s, self.t, self.r
-        sent = t.gather_rows(np.array([float(t.up_bytes)]))
+        evals = self.alg.grad_evals(self.ws) if self.ws is not None else np.nan
+        sent = t.gather_rows(np.array([float(t.up_bytes), evals]))
         per_it = clock.per_iteration
         per_rank = t.gather_rows(per_it[:done].ravel()) if per_it is not None else None
         if not t.is_root:
@@ -253,7 +256,7 @@ class Run:
                 "threshold": self.thresholds, "label_histogram": s.label_hist,
                 "one_time_bits": one_time["model"], "one_time_bits_wire": one_time["wire"],
                 "crossed_network": crossed, "smoothness": s.L_local,
-                "sender_bytes_up": sent[s.worker_ranks, 0]})
+                "sender_bytes_up": sent[s.worker_ranks, 0], "grad_evals": sent[s.worker_ranks, 1]})
             if per_rank is not None:
                 pr = per_rank.reshape(t.size, done, len(PHASES))
                 rw.write_table("per_iteration", {ph: pr[:, :, j].T.astype(np.float32)

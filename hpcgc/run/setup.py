@@ -101,6 +101,9 @@ def _check_point(rc: dict, alg_cls, comp) -> list[tuple]:
         out.append((("momentum", r["momentum"]), f"run.momentum must be in [0, 1), got {r['momentum']!r}"))
     if isinstance(r["alpha"], str) and r["alpha"] != "theory":
         out.append((("alpha", r["alpha"]), f"run.alpha must be a number in (0, 1] or 'theory', got {r['alpha']!r}"))
+    prob = r.get("probability", "theory")
+    if prob != "theory" and (isinstance(prob, str) or not 0.0 < prob <= 1.0):
+        out.append((("probability", str(prob)), f"run.probability must be in (0, 1] or 'theory', got {prob!r}"))
     try:
         parse_every(r["checkpoint_every"])
     except UserError as exc:
@@ -116,6 +119,8 @@ def _check_point(rc: dict, alg_cls, comp) -> list[tuple]:
     except UserError as exc:
         down_ok = False
         out.append((("downlink", str(r["downlink"])), str(exc)))
+    if alg_cls is not None:
+        out.extend((("algorithm-settings", r["algorithm"], msg), msg) for msg in alg_cls.plan_refusals(rc, comp))
     if alg_cls is None or comp is None or kind not in PROBLEM_KINDS:
         return out
     try:
@@ -134,7 +139,6 @@ def _check_point(rc: dict, alg_cls, comp) -> list[tuple]:
         refusal = ("biased", biased_refusal(r["algorithm"], comp.spec))
     else:
         try:
-            alg_cls.check_plan(rc, comp)
             check_collective(r, alg_cls, comp)
             if down_ok:
                 downlink.check(r["downlink"], alg_cls=alg_cls, collective=r["collective"])

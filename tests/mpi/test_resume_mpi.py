@@ -29,6 +29,8 @@ CASES = {
     "ef-randk": {"run.algorithm": "ef", "run.compressor": "randk:k=6", "run.batch": 40},
     "ef21-topk": {"run.algorithm": "ef21", "run.compressor": "topk:k=3", "run.batch": 40},
     "diana-ef21p-down": {"run.algorithm": "diana", "run.compressor": "qsgd:s=2", "run.downlink": "randk:k=6"},
+    "vr-diana-coin": {"run.algorithm": "vr-diana", "run.compressor": "randk:k=6", "run.batch": 30},
+    "adiana-allgather": {"run.algorithm": "adiana", "run.compressor": "natural", "run.collective": "allgather"},
     "diana+-dense": {"run.algorithm": "diana+", "run.compressor": "quant+:p=inf", "run.batch": 30},
     "local-sgd-topk-ef": {"data.dataset": "digits", "problem.kind": "softmax", "run.algorithm": "local-sgd",
                           "run.compressor": "topk:k=20", "run.error_feedback": True, "run.batch": 16,
