@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
-from ._numba_cache import begin_invalidation
+from .kernels._numba_cache import begin_invalidation
 
 _rebuild = begin_invalidation()      # before any kernel module is imported (see _numba_cache)
 

@@ -32,11 +32,11 @@ import scipy.optimize
 from numba import njit
 
 from ..errors import ConfigError, PayloadError
-from . import wire
 from .base import FP64_PARAM, Compressor, DecodeSparse, Param
 from .dither_plus import MATRIX_PARAMS, float32_exact, stream_error
-from .elias_omega import bernoulli_keep, gap_stream_bits, gap_stream_read, gap_stream_write
-from .norms import nonfinite_flag
+from .kernels import wire
+from .kernels.elias_omega import bernoulli_keep, gap_stream_bits, gap_stream_read, gap_stream_write
+from .kernels.norms import nonfinite_flag
 
 FORMAT_EO_SPARSE = 41
 

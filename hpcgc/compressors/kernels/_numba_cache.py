@@ -3,8 +3,9 @@
 numba's ``cache=True`` invalidates a cached kernel only when *its own* source file changes. A
 kernel in ``qsgd.py`` that calls ``wire.pack_fixed_width`` keeps the old, inlined copy after
 ``wire.py`` is edited — silently running stale code. At import, this module hashes the sources of
-the package and, when the hash differs from the one recorded next to the cache, deletes the
-package's cached kernels (``__pycache__/*.nbi``, ``*.nbc``) so that everything recompiles once.
+the package (``hpcgc/compressors`` and its ``kernels/``) and, when the hash differs from the one
+recorded in ``hpcgc/compressors/__pycache__``, deletes the package's cached kernels (every
+``__pycache__/*.nbi``, ``*.nbc`` under it) so that everything recompiles once.
 
 Many ranks starting at once after such a change would each compile every kernel they use (a
 "recompilation storm": 8 ranks on 2 cores took 60 s each instead of 5 s). So the rebuild is done
@@ -38,14 +39,25 @@ except ImportError:  # pragma: no cover - not POSIX
 
 
 def _here() -> Path:
-    return Path(__file__).resolve().parent
+    """The guarded package: ``hpcgc/compressors`` (this file is in its ``kernels/``)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def _sources(here: Path) -> list[Path]:
+    """Every source file of the package, its subpackages included, in a fixed order."""
+    return sorted(here.rglob("*.py"), key=lambda p: p.relative_to(here).as_posix())
+
+
+def _cached_kernels(here: Path) -> list[Path]:
+    """numba's index and data files in every ``__pycache__`` of the package."""
+    return [f for cache in here.rglob("__pycache__") for f in (*cache.glob("*.nbi"), *cache.glob("*.nbc"))]
 
 
 def _digest(here: Path) -> str | None:
     h = hashlib.sha1()
     try:
-        for src in sorted(here.glob("*.py")):
-            h.update(src.name.encode())
+        for src in _sources(here):
+            h.update(src.relative_to(here).as_posix().encode())
             h.update(src.read_bytes())
     except OSError:
         return None
@@ -124,7 +136,7 @@ def begin_invalidation() -> Rebuild | None:
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
                 return None
-        for f in list(cache.glob("*.nbi")) + list(cache.glob("*.nbc")):
+        for f in _cached_kernels(here):
             try:
                 f.unlink()
             except OSError:
