@@ -28,7 +28,6 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-import scipy.optimize
 from numba import njit
 
 from ..errors import ConfigError, PayloadError
@@ -78,6 +77,7 @@ def optimal_probabilities(a, tau: float) -> tuple[np.ndarray, float]:
     elif F(hi) >= 0.0:
         rho = hi
     else:
+        import scipy.optimize  # here, not at import: worker ranks never load the optimizers
         rho = scipy.optimize.brentq(F, lo, hi, xtol=1e-300, rtol=4 * np.finfo(float).eps, maxiter=500)
     p[pos] = ap / (ap + rho)
     return p, float(rho)
