@@ -42,6 +42,7 @@ def warm_jit(specs, transport: Transport):
         missed = 1.0
     except Exception:  # noqa: BLE001 - reported collectively by the ordered pass below
         missed = 1.0
+    transport.quiet_barrier()      # ranks done early sleep instead of spinning in MPI (oversubscribed nodes)
     if transport.allreduce_max(missed):
         RankOrderedJIT(transport).run(warm)
 
