@@ -15,6 +15,10 @@ import os
 # a value the user exported wins.
 for _var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+# After a source change the kernel-cache guard (hpcgc/compressors/kernels/_numba_cache.py) need not
+# compile the whole catalogue under MPI: a run compiles its own compressors' kernels on one rank
+# first (hpcgc.run.experiment.warm_jit) and the other ranks load them.
+os.environ.setdefault("HPCGC_KERNEL_WARMUP", "run")
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
@@ -195,7 +199,7 @@ def summary_table(summaries) -> str:
 
 
 def cmd_run(args, argv, validate_only=False) -> int:
-    from . import config, results
+    from . import config
     from .errors import ConfigError
     from .run import execute, prepare
     from .run.setup import check
@@ -220,6 +224,7 @@ def cmd_run(args, argv, validate_only=False) -> int:
     if not validate_only and not args.overwrite and not args.resume:     # before any data is read
         error = None
         if t.is_root:
+            from . import results  # h5py: rank 0 only
             try:
                 results.refuse_existing(out)
             except FileExistsError as exc:

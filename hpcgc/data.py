@@ -336,18 +336,43 @@ def _minmax_scale(X):
     return np.ascontiguousarray(np.clip(out, -1.0, 1.0))
 
 
-def _load_breast_cancer():
-    from sklearn.datasets import load_breast_cancer
+def _sklearn_bundled(name: str) -> Path | None:
+    """A data file shipped with scikit-learn (``sklearn/datasets/data/<name>``), found without
+    importing scikit-learn: importing it takes longer than reading the file (``docs/performance.md``).
+    None if scikit-learn is not installed or the file has moved."""
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec("sklearn")
+    except (ImportError, ValueError):
+        return None
+    for loc in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = Path(loc) / "datasets" / "data" / name
+        if path.is_file():
+            return path
+    return None
 
-    X, y = load_breast_cancer(return_X_y=True)
-    return X, y
+
+def _load_breast_cancer():
+    """scikit-learn's ``load_breast_cancer(return_X_y=True)``, read from its bundled CSV (a header
+    ``569,30,malignant,benign``, then 30 features and the 0/1 target per row)."""
+    path = _sklearn_bundled("breast_cancer.csv")
+    if path is None:
+        from sklearn.datasets import load_breast_cancer
+        return load_breast_cancer(return_X_y=True)
+    table = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float64, encoding="utf-8")
+    return np.ascontiguousarray(table[:, :-1]), table[:, -1].astype(int)
 
 
 def _load_digits():
-    from sklearn.datasets import load_digits
-
-    X, y = load_digits(return_X_y=True)
-    return X, y
+    """scikit-learn's ``load_digits(return_X_y=True)``, read from its bundled ``digits.csv.gz``
+    (64 pixel values and the target per row)."""
+    path = _sklearn_bundled("digits.csv.gz")
+    if path is None:
+        from sklearn.datasets import load_digits
+        return load_digits(return_X_y=True)
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        table = np.loadtxt(f, delimiter=",", dtype=np.float64)
+    return table[:, :-1], table[:, -1].astype(int)
 
 
 _BUILTINS = {

@@ -183,8 +183,8 @@ def measure(c, x: np.ndarray, args, rng: np.random.Generator, draws: int) -> dic
     """All numbers of one table row for compressor ``c`` on input ``x``. The copy and acc
     rooflines are re-measured here, each run right before a run of the kernel (:func:`_timed_with`);
     the ``/copy`` and ``/acc`` ratios are medians of those back-to-back pairs."""
-    from .compressors import reference
     from .compressors.identity import scaled_add
+    from .compressors.kernels import reference
     d = x.shape[0]
     nbytes = 4.0 * d
     wire_bits: list[float] = []
@@ -337,8 +337,8 @@ def main(argv) -> int:
     import numba
 
     from . import compressors
-    from .compressors import reference
     from .compressors.identity import scaled_add
+    from .compressors.kernels import reference
     from .provenance import _git
 
     specs = list(args.compressors or DEFAULT_SPECS)

@@ -31,9 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import scipy.optimize
 import scipy.sparse as sp
-import scipy.sparse.linalg
 from scipy.special import expit
 
 from .errors import ConfigError
@@ -169,6 +167,7 @@ def weighted_gram_lambda_max(A, w) -> float:
         G = (B.T @ B)
         G = G.toarray() if sp.issparse(G) else G
         return float(np.linalg.eigvalsh(G)[-1])
+    import scipy.sparse.linalg  # large d only: most worker ranks never need it
     op = scipy.sparse.linalg.LinearOperator((d, d), matvec=lambda v: B.T @ (B @ v), dtype=np.float64)
     return float(scipy.sparse.linalg.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=1e-10)[0])
 
@@ -189,6 +188,8 @@ def solve_reference(obj: Objective, tol: float = 1e-13) -> Optimum:
     """
     if not obj.convex:
         raise ValueError(f"no reference optimum for the nonconvex problem.kind {obj.kind!r}")
+    import scipy.optimize  # rank 0 only: worker ranks never load the optimizers
+    import scipy.sparse.linalg
     d = obj.d
     x0 = np.zeros(d)
     if obj.l1 == 0.0:

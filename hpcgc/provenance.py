@@ -19,17 +19,29 @@ def _git(*cmd) -> str:
 
 
 def collect(transport, argv) -> dict:
-    """File-level attributes (collective: gathers host names)."""
-    import h5py
-    import mpi4py
-    import numba
-    import numpy
-    import scipy
-    import sklearn
+    """File-level attributes (collective: gathers host names).
+
+    Only rank 0 writes the file, so only rank 0 looks up versions and asks git; the other ranks
+    return the same keys with placeholders (enough for :func:`header`) and import nothing: at
+    start-up 32 ranks importing h5py, scipy and scikit-learn just for version strings cost more
+    than the rest of the set-up (``docs/performance.md``). Versions come from the installed
+    distributions' metadata, so scikit-learn is not imported either.
+    """
+    from importlib.metadata import PackageNotFoundError, version
 
     from .transport import library_version, processor_name
     hosts = transport.gather_object(processor_name())
-    commit = _git("rev-parse", "HEAD")
+    root = transport.is_root
+
+    def dist(name: str) -> str:
+        if not root:
+            return ""
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    commit = _git("rev-parse", "HEAD") if root else ""
     attrs = {
         "hpcgc_version": __version__,
         "git_commit": commit or "unknown",
@@ -37,9 +49,9 @@ def collect(transport, argv) -> dict:
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command_line": " ".join(["python -m hpcgc.bench", *argv]),
         "mpi_library_version": library_version(),
-        "mpi4py_version": mpi4py.__version__, "numpy_version": numpy.__version__,
-        "numba_version": numba.__version__, "h5py_version": h5py.__version__,
-        "scipy_version": scipy.__version__, "sklearn_version": sklearn.__version__,
+        "mpi4py_version": dist("mpi4py"), "numpy_version": dist("numpy"),
+        "numba_version": dist("numba"), "h5py_version": dist("h5py"),
+        "scipy_version": dist("scipy"), "sklearn_version": dist("scikit-learn"),
         "python_version": platform.python_version(),
         "hostnames": sorted(set(hosts)) if hosts else [],
         "world_size": transport.size,

@@ -18,8 +18,13 @@ def _show(p):
     return f"exit {p.returncode}\n--- stdout\n{p.stdout[-4000:]}\n--- stderr\n{p.stderr[-4000:]}"
 
 
-def test_pytest_mpi_suite_on_4_ranks():
-    p = run_mpi(N, ["-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider", "-x", str(ROOT / "tests" / "mpi")])
+MPI_FILES = sorted((ROOT / "tests" / "mpi").glob("test_*.py"))
+
+
+@pytest.mark.parametrize("path", MPI_FILES, ids=lambda p: p.stem)
+def test_pytest_mpi_suite_on_4_ranks(path):
+    """Each file of tests/mpi in its own mpiexec -n 4 launch (its own MPIEXEC_TIMEOUT budget)."""
+    p = run_mpi(N, ["-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider", "-x", str(path)])
     assert p.returncode == 0, _show(p)
     assert "passed" in p.stdout and "failed" not in p.stdout
 

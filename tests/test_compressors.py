@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpcgc import compressors
-from hpcgc.compressors import reference, wire
-from hpcgc.compressors.norms import block_norms_l2, block_norms_linf
-from hpcgc.compressors.prng import next_below, uniform_at
+from hpcgc.compressors.kernels import reference, wire
+from hpcgc.compressors.kernels.norms import block_norms_l2, block_norms_linf
+from hpcgc.compressors.kernels.prng import next_below, uniform_at
 from hpcgc.errors import ConfigError, PayloadError
 
 from .elias_ref import omega_string
@@ -1212,7 +1212,7 @@ def test_delta_api():
 @given(st.lists(st.integers(1, 2**32 - 1), min_size=0, max_size=60), st.integers(0, 3))
 @settings(max_examples=150, deadline=None)
 def test_elias_omega_kernels(gaps, offset):
-    from hpcgc.compressors import sparse
+    from hpcgc.compressors.kernels import sparse
     idx = np.cumsum(np.array(gaps, dtype=np.int64)) - 1
     d = int(idx[-1]) + 1 if idx.size else 1
     bits = "".join(omega_string(g) for g in gaps)
@@ -1238,7 +1238,7 @@ def test_elias_omega_kernels(gaps, offset):
 @settings(max_examples=300, deadline=None)
 def test_elias_omega_decoder_on_garbage(data, nnz, d):
     """Arbitrary bytes never make the decoder read past its end or emit invalid indices."""
-    from hpcgc.compressors import sparse
+    from hpcgc.compressors.kernels import sparse
     src = np.frombuffer(data + b"\xAA" * 8, dtype=np.uint8)      # sentinel bytes after the end
     idx = np.full(nnz, -7, dtype=np.int64)
     status = sparse.elias_omega_decode_gaps(src, 0, len(data), d, idx)
@@ -1259,7 +1259,7 @@ def test_elias_omega_decoder_on_garbage(data, nnz, d):
     ("randk:k=10", 100_000, False),
 ])
 def test_index_encoding_choice(spec, d, want_elias):
-    from hpcgc.compressors import sparse
+    from hpcgc.compressors.kernels import sparse
     c = compressors.make(spec)
     x = rng(1).standard_normal(d)
     p = c.compress(x, rng(2))
@@ -1358,7 +1358,7 @@ CLOSE_ORACLE = ["qsgd:s=4", "qsgd:s=2,bucket=64", "quant:p=2,block=50", "natural
 @pytest.mark.parametrize("spec", EXACT_ORACLE + CLOSE_ORACLE)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_matches_numpy_reference(spec, dtype):
-    from hpcgc.compressors import reference
+    from hpcgc.compressors.kernels import reference
     c = compressors.make(spec)
     x = rng(12).standard_t(3, size=3001).astype(dtype)
     x[::50] = 0.0
@@ -1381,7 +1381,7 @@ def test_matches_numpy_reference(spec, dtype):
 
 
 def test_reference_sparse_and_packing():
-    from hpcgc.compressors import reference
+    from hpcgc.compressors.kernels import reference
     g = rng(3)
     for w in (0, 1, 3, 8, 13, 32):
         v = g.integers(0, 2**w, size=101) if w else np.zeros(101, np.int64)

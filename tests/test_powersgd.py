@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from hpcgc import compressors
-from hpcgc.compressors import wire
+from hpcgc.compressors.kernels import wire
 from hpcgc.compressors.powersgd import orthonormalize_columns
 from hpcgc.errors import ConfigError, PayloadError
 

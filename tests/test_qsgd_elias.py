@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from hpcgc import compressors
 from hpcgc.compressors import qsgd_elias as qe
-from hpcgc.compressors import wire
+from hpcgc.compressors.kernels import wire
 from hpcgc.errors import ConfigError, PayloadError
 
 from .elias_ref import omega_string

@@ -18,7 +18,7 @@ from hpcgc.compressors.block_quant import (
     uniform_block_step,
 )
 from hpcgc.compressors.dither_plus import diana_plus_weights, quant_plus_steps
-from hpcgc.compressors.elias_omega import eo_length, eo_read, eo_write
+from hpcgc.compressors.kernels.elias_omega import eo_length, eo_read, eo_write
 from hpcgc.compressors.sparsify_plus import optimal_probabilities
 from hpcgc.errors import ConfigError, PayloadError
 from hpcgc.problems import Objective, solve_reference
@@ -287,7 +287,7 @@ def reference_dither_bits(c, payload, d, B):
     """Model bits recounted in numpy from the decoded vector (gaps within each block)."""
     idx, vals, bits = c.decode_sparse(payload, d)
     starts, steps, _ = c._layout(d)
-    from hpcgc.compressors import wire
+    from hpcgc.compressors.kernels import wire
     scales = wire.read_scales(payload, wire.HEADER_BYTES, B, False)
     total = 32 * B
     for l in range(B):

@@ -16,7 +16,8 @@ from numba import njit
 from scipy import stats
 
 from hpcgc import compressors
-from hpcgc.compressors import elias_omega, randk, sparse, threshold, topk
+from hpcgc.compressors import randk, threshold, topk
+from hpcgc.compressors.kernels import elias_omega, sparse
 
 from .elias_ref import omega_string
 

@@ -1,4 +1,4 @@
-"""Compressors: numba kernels, one class per compressor, the wire encoding and a registry.
+"""Compressors: one class per compressor (kernels in ``kernels/``) and a lazy registry.
 
     from hpcgc import compressors
     c = compressors.make("qsgd", s=4)              # or make("qsgd:s=4"), make("quant:p=inf,block=32")
@@ -8,54 +8,63 @@
     c.model_bits(payload, d); c.omega(d); c.unbiased; c.spec; c.params
 
 Adding a compressor = one new module with a :class:`Compressor` subclass + one line in
-``REGISTRY`` below (see ``docs/compressors.md``, "How to add a compressor").
+``_MODULES`` below, ``name: "module:Class"`` (the module is imported on first use; see
+``docs/compressors.md``, "How to add a compressor").
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from importlib import import_module
 from typing import Any
 
 from ..errors import ConfigError
-from ._numba_cache import begin_invalidation
+from .kernels._numba_cache import begin_invalidation
 
 _rebuild = begin_invalidation()      # before any kernel module is imported (see _numba_cache)
 
 from .base import Compressor, Param, parse_spec
-from .bernoulli import Bernoulli
-from .block_quant import BlockDither, BlockQuantPlus
-from .dither_plus import Dither, QuantPlus
-from .identity import Identity
-from .natural import Natural, NaturalDither, NaturalRandK
-from .powersgd import PowerSGD
-from .qsgd import QSGD
-from .quant import Quant, TernGrad
-from .randk import RandK
-from .sign import ScaledSign, Sign
-from .sparsify_plus import RandTauPlus
-from .threshold import Threshold
-from .topk import TopK
 
-REGISTRY: dict[str, type[Compressor]] = {
-    "identity": Identity,
-    "qsgd": QSGD,
-    "quant": Quant,
-    "terngrad": TernGrad,
-    "randk": RandK,
-    "dither": Dither,
-    "quant+": QuantPlus,
-    "block-dither": BlockDither,
-    "block-quant+": BlockQuantPlus,
-    "rand-tau+": RandTauPlus,
-    "topk": TopK,
-    "threshold": Threshold,
-    "sign": Sign,
-    "scaled-sign": ScaledSign,
-    "bernoulli": Bernoulli,
-    "natural": Natural,
-    "natural-dither": NaturalDither,
-    "natural-randk": NaturalRandK,
-    "powersgd": PowerSGD,
+_MODULES: dict[str, str] = {
+    "identity": "identity:Identity",
+    "qsgd": "qsgd:QSGD",
+    "quant": "quant:Quant",
+    "terngrad": "quant:TernGrad",
+    "randk": "randk:RandK",
+    "dither": "dither_plus:Dither",
+    "quant+": "dither_plus:QuantPlus",
+    "block-dither": "block_quant:BlockDither",
+    "block-quant+": "block_quant:BlockQuantPlus",
+    "rand-tau+": "sparsify_plus:RandTauPlus",
+    "topk": "topk:TopK",
+    "threshold": "threshold:Threshold",
+    "sign": "sign:Sign",
+    "scaled-sign": "sign:ScaledSign",
+    "bernoulli": "bernoulli:Bernoulli",
+    "natural": "natural:Natural",
+    "natural-dither": "natural:NaturalDither",
+    "natural-randk": "natural:NaturalRandK",
+    "powersgd": "powersgd:PowerSGD",
 }
-"""Name → class. Keys must equal the classes' ``name``."""
+"""Name → ``module:Class`` in this package: the registry's one line per compressor."""
+
+
+class _Registry(Mapping):
+    """Name → class, importing a compressor's module (and so its numba kernels) on first use: a
+    run loads the kernels of its own compressors only (``docs/performance.md``)."""
+
+    def __getitem__(self, name: str) -> type[Compressor]:
+        module, _, cls = _MODULES[name].partition(":")
+        return getattr(import_module(f".{module}", __name__), cls)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_MODULES)
+
+    def __len__(self) -> int:
+        return len(_MODULES)
+
+
+REGISTRY: Mapping[str, type[Compressor]] = _Registry()
+"""Name → class (imported on first access). Keys must equal the classes' ``name``."""
 
 __all__ = ["REGISTRY", "Compressor", "Param", "available", "describe", "get", "make"]
 

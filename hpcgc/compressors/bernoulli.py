@@ -16,19 +16,19 @@ import numpy as np
 from numba import njit
 
 from ..errors import PayloadError
-from . import wire
 from .base import FP64_PARAM, Compressor, Param
 from .identity import scaled_add
-from .norms import nonfinite_flag
-from .prng import uniform_at
-from .sparse import FINITE_CHUNK, chunk_nonfinite, float_bits
+from .kernels import wire
+from .kernels.norms import nonfinite_flag
+from .kernels.prng import uniform_at
+from .kernels.sparse import FINITE_CHUNK, chunk_nonfinite, float_bits
 
 
 @njit(cache=True)
 def copy_finite(x, out, okeys, mask, inf_bits):
     """out[i] = x[i] (cast to out's dtype) and True if every out[i] is finite, in one pass: per
     chunk of FINITE_CHUNK entries, the copy then a vectorised integer max over the copied bits
-    (``okeys, mask, inf_bits`` = :func:`~.sparse.float_bits` (out)). A NaN/±Inf in x, or a float32
+    (``okeys, mask, inf_bits`` = :func:`~.kernels.sparse.float_bits` (out)). A NaN/±Inf in x, or a float32
     overflow of the cast, gives False."""
     n = x.shape[0]
     for c0 in range(0, n, FINITE_CHUNK):

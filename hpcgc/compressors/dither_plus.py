@@ -22,7 +22,7 @@ unbiased, with E‖Q(y) − y‖² ≤ min(‖Δ‖₂², ‖Δ‖₂)·‖y‖�
 
 Wire format (after the 8-byte header): B block norms (float32, or float64 with ``fp64=true``;
 B = 1 here), then an Elias-omega bit stream, LSB-first, zero-padded to a byte: per block
-EO(nnz + 1), then per nonzero EO(gap) · sign bit · EO(level) (:mod:`.elias_omega`).
+EO(nnz + 1), then per nonzero EO(gap) · sign bit · EO(level) (:mod:`.kernels.elias_omega`).
 Model bits (§6): F·B + Σ_nonzero (|EO(gap)| + 1 + |EO(level)|).
 """
 from __future__ import annotations
@@ -34,9 +34,9 @@ import numpy as np
 from numba import njit
 
 from ..errors import ConfigError, PayloadError
-from . import wire
 from .base import FP64_PARAM, Compressor, DecodeSparse, Param
-from .elias_omega import (
+from .kernels import wire
+from .kernels.elias_omega import (
     ERR_CODE,
     ERR_OVERRUN,
     ERR_PADDING,

@@ -11,9 +11,9 @@ import numpy as np
 from numba import njit
 
 from ..errors import PayloadError
-from . import wire
 from .base import FP64_PARAM, Compressor
-from .norms import nonfinite_flag
+from .kernels import wire
+from .kernels.norms import nonfinite_flag
 from .summable import DenseSum
 
 

@@ -34,7 +34,7 @@ the same for s a power of two up to the norm's bit).
 **C_nat ∘ rand-k**: C(x) = (d/k)·C_nat(x_S), S a uniform k-subset: unbiased with
 ω = ω_nat·ω_k + ω_nat + ω_k = (9/8)(d/k − 1) + 1/8 (Thm 5), tight on x with all |x_j| = (4/3)·2^a.
 Wire: a nat block of the k values, then the k indices (fixed ⌈log₂d⌉ bits or Elias-omega gaps,
-header flag bit 1; :mod:`.sparse`). Model bits 9k (12k) + index bits; the spec's Table 1 count is
+header flag bit 1; :mod:`.kernels.sparse`). Model bits 9k (12k) + index bits; the spec's Table 1 count is
 (10 + log₂d)·k.
 """
 from __future__ import annotations
@@ -46,13 +46,12 @@ from llvmlite import ir
 from numba import njit
 
 from ..errors import PayloadError
-from . import simd, wire
-from .base import FP64_PARAM, Compressor, DecodeInto, Param
-from .prng import TWO32, mix64, uniform_at, uniforms32
+from .base import FP64_PARAM, Compressor, DecodeInto, FixedKSparse, Param
+from .kernels import simd, wire
+from .kernels.prng import TWO32, mix64, uniform_at, uniforms32
+from .kernels.wire import CHUNK, le_word, pack_fields
 from .qsgd import BucketDither
 from .randk import sample_and_gather
-from .sparse import FixedKSparse
-from .wire import CHUNK, le_word, pack_fields
 
 _MAG = np.uint64(0x7FFFFFFFFFFFFFFF)
 _MANT = np.uint64(0x000FFFFFFFFFFFFF)
@@ -231,7 +230,7 @@ def natural_decode32_dense(lo, hi, n, s, out, accumulate):
     """Fast path of :func:`natural_decode` for dense fp32 blocks: the value ±2^(e−127) is the
     float32 whose bits are sign << 31 | e << 23 (e = 0 gives 0; 255 was rejected before), built
     with integer ops (no table gather), 64 entries per little-endian word of sign bits
-    (:func:`.wire.le_word`)."""
+    (:func:`.kernels.wire.le_word`)."""
     n64 = n // 64
     for g in range(n64):
         w = le_word(hi, 8 * g)
@@ -363,7 +362,7 @@ def natural_dither(x, u, fields, start, n, inv, s):
     {0, 2^{1−s}, …, 1/2, 1}; level index l (value 2^{l−s}, 0 for l = 0). With 2^e ≤ r < 2^{e+1},
     l = e + s + [u_q < round(f·2^32)], f = r/2^e − 1 the mantissa fraction (top 32 bits of the
     float64 mantissa, rounded); below the smallest non-zero level, l = [u_q < round(r·2^{s−1}·2^32)].
-    u_q: uniform 32-bit integers (:func:`.prng.uniforms32`)."""
+    u_q: uniform 32-bit integers (:func:`.kernels.prng.uniforms32`)."""
     low = 2.0 ** (s - 1) * TWO32             # r < 2^{1−s}: l = 1 with probability r·2^{s−1}
     for t in range(n):
         q = start + t
@@ -382,7 +381,7 @@ def natural_dither(x, u, fields, start, n, inv, s):
 @njit(cache=True)
 def natural_dither_pack(x, bucket, scales, s, width, seed, out, offset):
     """Natural dithering of x with per-bucket scales, fields packed at ``width`` bits
-    (:func:`.wire.pack_fields`)."""
+    (:func:`.kernels.wire.pack_fields`)."""
     d = x.shape[0]
     fields = np.empty(CHUNK, dtype=np.uint32)
     u = np.empty(CHUNK, dtype=np.uint32)
@@ -467,6 +466,6 @@ simd.register_row_values(FIELDS_KIND, _natural_dither_row_values)
 
 @njit(cache=True)
 def natural_dither_decode(src, offset, d, bucket, scales, s, width, out, weight, accumulate):
-    """Decode d fields, value = ±scale_bucket·2^{l−s} (0 for l = 0) (:func:`.wire.blocked_decode`;
+    """Decode d fields, value = ±scale_bucket·2^{l−s} (0 for l = 0) (:func:`.kernels.wire.blocked_decode`;
     ``accumulate``: out += weight·value)."""
     wire.blocked_decode(src, offset, d, bucket, scales, s, width, out, weight, accumulate, FIELDS_KIND)

@@ -59,8 +59,8 @@ import numpy as np
 from numba import njit
 
 from ..errors import ConfigError, PayloadError
-from . import wire
 from .base import FP64_PARAM, Compressor, Param
+from .kernels import wire
 from .summable import SumCodec
 
 RANK_TOL = 1e-10

@@ -7,7 +7,7 @@ Quantization and Encoding*, NeurIPS 2017 (Lemma 3.1). For a bucket v (the whole 
 
 with l = ⌊s|v_i|/‖v‖₂⌋, so E Q_s(v) = v and E‖Q_s(v) − v‖² ≤ min(b/s², √b/s)·‖v‖² for bucket size b.
 ``‖v‖₂`` is the norm *as sent* (float32 rounded up by default), so every probability is ≤ 1. The
-rounding up is drawn with 32-bit fixed-point probabilities (:func:`.prng.uniforms32`): the
+rounding up is drawn with 32-bit fixed-point probabilities (:func:`.kernels.prng.uniforms32`): the
 operator is unbiased up to 2^-33 of a quantization step per entry. This is D^{2,s}_sta of the Natural Compression paper; with s = 1 it is
 DIANA's Quant_2 (`quant:p=2`).
 
@@ -31,49 +31,18 @@ import numpy as np
 from numba import njit
 
 from ..errors import PayloadError
-from . import simd, wire
+from . import qsgd_elias
 from .base import FP64_PARAM, Compressor, Param
-from .norms import n_blocks
-from .prng import TWO32, uniforms32
-from .wire import CHUNK, pack_fields
-
-
-@njit(cache=True, inline="always")
-def qsgd_dither(x, u, fields, start, n, scale32, s):
-    """fields[q] = level << 1 | sign for q = start … start + n − 1 (uint64; x, u, fields are one
-    chunk): with r = |x_q|·s/scale, level = ⌊r⌋ + [u_q < frac(r)·2^32] = ⌊(R + u_q)/2^32⌋,
-    R = round(r·2^32) = round(|x_q|·scale32), capped at s; u_q a uniform 32-bit integer
-    (:func:`.prng.uniforms32`). Inlined into the chunk loop, unsigned indices: see
-    ``docs/compressors.md``, Kernel notes."""
-    for t in range(n):
-        q = start + t
-        v = np.float64(x[q])
-        lev = min((np.int64(abs(v) * scale32 + 0.5) + np.int64(u[q])) >> 32, s)
-        fields[q] = (lev << 1) | np.int64((v < 0.0) & (lev > 0))
-
-
-@njit(cache=True)
-def qsgd_dither_chunk(x, c0, c1, bucket, scales, s, seed, fields, u):
-    """fields[q] = level << 1 | sign of entry c0 + q of x, c0 ≤ c0 + q < c1 (one chunk): the
-    buckets that intersect the chunk, with the chunk's uniforms (:func:`.prng.uniforms32` from
-    c0). Both level codes (fixed and Elias) dither through here, so they decode to
-    the same vector. ``u`` is scratch of ≥ c1 − c0 entries."""
-    uniforms32(seed, c0, u[:c1 - c0])
-    xc = x[c0:c1]
-    i = c0
-    l = c0 // bucket                      # then l += 1: no division per bucket
-    while i < c1:
-        e = min((l + 1) * bucket, c1)
-        sc = scales[l]
-        qsgd_dither(xc, u, fields, np.uint64(i - c0), np.uint64(e - i), TWO32 * s / sc if sc > 0.0 else 0.0, s)
-        i = e
-        l += 1
+from .kernels import simd, wire
+from .kernels.dither import qsgd_dither_chunk
+from .kernels.norms import n_blocks
+from .kernels.wire import CHUNK, pack_fields
 
 
 @njit(cache=True)
 def qsgd_dither_pack(x, bucket, scales, s, width, seed, out, offset):
     """QSGD dithering of x with per-bucket scales; fields packed at ``width`` bits each into
-    ``out[offset:]`` (:func:`.wire.pack_fields`)."""
+    ``out[offset:]`` (:func:`.kernels.wire.pack_fields`)."""
     d = x.shape[0]
     fields = np.empty(CHUNK, dtype=np.uint32)
     u = np.empty(CHUNK, dtype=np.uint32)
@@ -175,23 +144,19 @@ class QSGD(BucketDither):
         scales, offset = self._checked_scales(payload, d, "quantization level")
         return scales / self.s, self.bucket_size(d), offset
 
-    # code=elias: same levels, Elias-coded (hpcgc.compressors.qsgd_elias; imported lazily, it
-    # imports this module's dithering kernel)
+    # code=elias: same levels (kernels.dither), Elias-coded (hpcgc.compressors.qsgd_elias)
     def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
         if self._params["code"] == "elias":
-            from . import qsgd_elias
             return qsgd_elias.compress(self, x, seed)
         return super()._compress(x, seed)
 
     def model_bits(self, payload, d: int) -> int:
         if self._params["code"] == "elias":
-            from . import qsgd_elias
             return qsgd_elias.model_bits(self, payload, d)
         return super().model_bits(payload, d)
 
     def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
         if self._params["code"] == "elias":
-            from . import qsgd_elias
             return qsgd_elias.decompress(self, payload, d)
         units, b, offset = self._units(payload, d)
         out = np.empty(d)
@@ -200,7 +165,6 @@ class QSGD(BucketDither):
 
     def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
         if self._params["code"] == "elias":
-            from . import qsgd_elias
             return qsgd_elias.decompress_add(self, payload, d, out, weight)
         units, b, offset = self._units(payload, d)
         qsgd_decode(payload, offset, d, b, units, self._width, out, weight, True)
@@ -214,6 +178,6 @@ simd.register_row_values(FIELDS_KIND, _qsgd_row_values)
 @njit(cache=True)
 def qsgd_decode(src, offset, d, bucket, units, width, out, weight, accumulate):
     """Decode d packed (level << 1 | sign) fields, value = ±level·units[bucket]
-    (:func:`.wire.blocked_decode`; ``accumulate``: out += weight·value). FIELDS_KIND is a
+    (:func:`.kernels.wire.blocked_decode`; ``accumulate``: out += weight·value). FIELDS_KIND is a
     compile-time constant here, so the literal dispatch costs nothing per call."""
     wire.blocked_decode(src, offset, d, bucket, units, 0, width, out, weight, accumulate, FIELDS_KIND)

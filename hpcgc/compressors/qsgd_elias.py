@@ -3,7 +3,7 @@
 Alistarh, Grubic, Li, Tomioka, Vojnovic, *QSGD: Communication-Efficient SGD via Gradient
 Quantization and Encoding*, NeurIPS 2017. The quantized vector Q_s(v) is the same as with
 ``code=fixed`` (same seed ⇒ same levels ⇒ identical decoded vector: both codes dither with
-:func:`hpcgc.compressors.qsgd.qsgd_dither`); only the encoding of the levels differs. Instead of
+:func:`hpcgc.compressors.kernels.dither.qsgd_dither`); only the encoding of the levels differs. Instead of
 d fixed-width fields, only the entries with level ≥ 1 are sent: their positions as Elias-omega
 coded gaps, a sign bit and the Elias-omega code of the level (ω(1) = ``0``,
 ω(n) = R(n)·``0`` with R(1) empty and R(n) = R(⌊log₂n⌋)·binary(n); Elias 1975, the "recursive
@@ -12,7 +12,7 @@ Elias code" of QSGD §3.2).
 Message (after the 8-byte header, whose flags byte has ``wire.FLAG_ELIAS`` set): the m bucket
 scales (float32 rounded up, or float64 with ``fp64=true``, exactly as ``code=fixed``), then one
 LSB-first bit stream (stream bit b is bit b mod 8 of byte ⌊b/8⌋, each code written first bit
-first: the layout of :mod:`.elias_omega` and :mod:`.sparse`):
+first: the layout of :mod:`.kernels.elias_omega` and :mod:`.kernels.sparse`):
 
 * for each entry j with level_j ≥ 1, in increasing j: ω(gap), one sign bit (1 = negative),
   ω(level_j); gap = j − j_prev, the first gap = j + 1;
@@ -56,11 +56,11 @@ import numpy as np
 from numba import njit
 
 from ..errors import PayloadError
-from . import wire
-from .norms import n_blocks
-from .qsgd import qsgd_dither_chunk
-from .sparse import bit_length, elias_omega_length, reverse_bits
-from .wire import CHUNK
+from .kernels import wire
+from .kernels.dither import qsgd_dither_chunk
+from .kernels.norms import n_blocks
+from .kernels.sparse import bit_length, elias_omega_length, reverse_bits
+from .kernels.wire import CHUNK
 
 # parse status codes (negative: error)
 ERR_TRUNCATED = -1

@@ -9,7 +9,7 @@ so every entry becomes one of {−‖Δ(l)‖_p, 0, +‖Δ(l)‖_p}. Unbiased, w
 E‖Quant_p(Δ) − Δ‖² = ‖Δ‖₁‖Δ‖_p − ‖Δ‖₂² per block, hence ω = √b − 1 (p = 2, tight on a flat
 block) and ω = (√b − 1)/2 (p = ∞, tight on (1, 1/(√b+1), …)), b = min(block, d)
 (`spec/diana.md` B.4). ``‖Δ(l)‖_p`` is the norm as sent (float32 rounded up by default), so the
-probabilities never exceed 1; they are drawn in 32-bit fixed point (:func:`.prng.uniforms32`), so
+probabilities never exceed 1; they are drawn in 32-bit fixed point (:func:`.kernels.prng.uniforms32`), so
 the operator is unbiased up to 2^-33 of the block norm per entry.
 
 TernGrad (Wen, Xu, Yan, Wu, Wang, Chen, Li, *TernGrad: Ternary Gradients to Reduce Communication in
@@ -19,7 +19,7 @@ correspond to ``block`` = layer size; its clipping and scaler sharing are not im
 
 Wire format (after the 8-byte header): m block norms (float32, or float64 with ``fp64=true``),
 then d trits (0: zero, 1: +norm, 2: −norm) packed 5 per byte, ⌈d/5⌉ bytes, group-planar
-(:func:`.wire.pack_trits`).
+(:func:`.kernels.wire.pack_trits`).
 Model bits: F·m + ⌈d·log₂3⌉ (`spec/diana.md` B.9, packed ternary).
 """
 from __future__ import annotations
@@ -32,18 +32,18 @@ from numba import njit, types
 from numba.core.extending import intrinsic
 
 from ..errors import PayloadError
-from . import simd, wire
 from .base import FP64_PARAM, Compressor, Param
-from .norms import n_blocks
-from .prng import TWO32, uniforms32
-from .wire import CHUNK, TRIT_GROUP, TRITS_PER_BYTE, pack_trits, unpack_trits
+from .kernels import simd, wire
+from .kernels.norms import n_blocks
+from .kernels.prng import TWO32, uniforms32
+from .kernels.wire import CHUNK, TRIT_GROUP, TRITS_PER_BYTE, pack_trits, unpack_trits
 
 
 @njit(cache=True, inline="always")
 def ternary_dither(x, u, trits, start, n, inv32):
     """trits[q] = ξ·(1 + [x_q < 0]) for q = start … start + n − 1 (uint64; x, u, trits are one
     chunk), ξ = [u_q < round(|x_q|·inv32)] ~ Bernoulli(|x_q|/scale) with inv32 = 2^32/scale and
-    u uniform 32-bit integers (:func:`.prng.uniforms32`): P[ξ = 1] is |x_q|/scale rounded to 32
+    u uniform 32-bit integers (:func:`.kernels.prng.uniforms32`): P[ξ = 1] is |x_q|/scale rounded to 32
     fractional bits. Inlined into the chunk loop, unsigned indices: see ``docs/compressors.md``,
     Kernel notes."""
     for t in range(n):
@@ -94,10 +94,10 @@ _BYTES = ir.VectorType(ir.IntType(8), simd.LANES)
 
 @intrinsic
 def ternary_row(typingctx, out, ooff, run, src, soff, u0, u1, u2, u3, u4, accumulate):
-    """Fused decode of LANES bytes of a full trit group (:func:`.wire.pack_trits`) at
+    """Fused decode of LANES bytes of a full trit group (:func:`.kernels.wire.pack_trits`) at
     ``src[soff:]``: their 5·LANES trits go to the five runs ``out[ooff + k·run:][:LANES]``,
     k = 0 … 4, as u_k·(0, +1, −1)[trit] (added when ``accumulate``). Digits by multiply-shift
-    (:func:`.wire.trit_digits`), all in vector registers."""
+    (:func:`.kernels.wire.trit_digits`), all in vector registers."""
     simd.check_f64_out(out)
     f64 = types.float64
     sig = types.void(out, ooff, run, src, soff, f64, f64, f64, f64, f64, accumulate)

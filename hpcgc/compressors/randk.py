@@ -12,7 +12,7 @@ NaN/±Inf check, then the chunk's set bits give the indices and the values (just
 
 Wire format (after the 8-byte header): k values x_j *unscaled* (float32, or
 float64 with ``fp64=true``), then the k increasing indices, fixed ⌈log₂d⌉ bits each or
-Elias-omega gaps, whichever is smaller (header flag bit 1; :mod:`.sparse`). The d/k scale is
+Elias-omega gaps, whichever is smaller (header flag bit 1; :mod:`.kernels.sparse`). The d/k scale is
 applied in float64 at decode, so the wire carries exactly the coordinates of x.
 Model bits: k·F + index bits of the encoding used (≤ k·(F + ⌈log₂d⌉)).
 
@@ -27,12 +27,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from . import wire
-from .base import FP64_PARAM, Param
-from .prng import mix64, next_below
-from .sparse import (
+from .base import FP64_PARAM, FixedKSparse, Param
+from .kernels import wire
+from .kernels.prng import mix64, next_below
+from .kernels.sparse import (
     FINITE_CHUNK,
-    FixedKSparse,
     cast_finite,
     chunk_nonfinite,
     ctz64,
@@ -70,7 +69,7 @@ def floyd_fill(d, seed, k, words):
     """Floyd's algorithm on a d-bit bitset: a uniformly random k-subset of range(d) as the set bits
     of the ⌈d/64⌉ uint64 ``words`` (cleared first; bit j of word j // 64 = j in the subset).
 
-    For j = d − k, …, d − 1: t uniform on [0, j] (exact, :func:`~.prng.next_below`); insert t,
+    For j = d − k, …, d − 1: t uniform on [0, j] (exact, :func:`~.kernels.prng.next_below`); insert t,
     or j if t is already in. Every k-subset is equally likely (Floyd; Bentley & Floyd, CACM 30(9),
     1987). The bitset is d/8 bytes (2 MB for d = 2^24: cache-resident, unlike a d-byte mask). The
     draws do not depend on the set, so they are made FLOYD_BATCH at a time, then inserted in order
@@ -139,7 +138,7 @@ def bitset_to_sorted(words, idx):
 def gather_bitset(x, keys, mask, inf_bits, words, idx, values):
     """One pass over x: the set bits of ``words`` (:func:`floyd_bitset`) in increasing order into
     ``idx``, values[i] = x[idx[i]] (``values`` of x's dtype), and the check that every x_j is
-    finite (``keys, mask, inf_bits`` = :func:`~.sparse.float_bits` (x)). Returns False if x holds
+    finite (``keys, mask, inf_bits`` = :func:`~.kernels.sparse.float_bits` (x)). Returns False if x holds
     NaN/±Inf.
 
     Per chunk of FINITE_CHUNK entries: the vectorised finiteness check, then the chunk's bitset
@@ -240,7 +239,7 @@ def sample_k_of_d_sorted(d, seed, idx):
 
 
 def sample_sorted(d: int, seed, k: int) -> np.ndarray:
-    """:func:`sample_k_of_d_sorted` with reused work arrays (:func:`~.sparse.scratch`): the
+    """:func:`sample_k_of_d_sorted` with reused work arrays (:func:`~.kernels.sparse.scratch`): the
     indices are valid until the next call in this thread."""
     idx = scratch("randk-idx", k, np.int64)
     if use_bitset(d, k):
@@ -256,7 +255,7 @@ def sample_and_gather(x: np.ndarray, seed, k: int, reuse: bool = False
                       ) -> tuple[np.ndarray, np.ndarray, bool]:
     """(idx, values, finite): the subset of :func:`sample_k_of_d_sorted` (d = len(x), 1 ≤ k ≤ d),
     x at those indices (x's dtype) and whether every x_j is finite, in one pass over x. With
-    ``reuse``, idx and values are work arrays (:func:`~.sparse.scratch`), valid until the next
+    ``reuse``, idx and values are work arrays (:func:`~.kernels.sparse.scratch`), valid until the next
     call in this thread."""
     d = x.shape[0]
     keys, mask, inf_bits = float_bits(x)

@@ -23,9 +23,9 @@ import numpy as np
 from numba import njit
 
 from ..errors import PayloadError
-from . import wire
 from .base import FP64_PARAM, Compressor, DecodeInto
-from .wire import le_word
+from .kernels import wire
+from .kernels.wire import le_word
 
 
 @njit(cache=True)
@@ -76,7 +76,7 @@ def abs_sum(x):
 @njit(cache=True)
 def sign_unpack_decode(src, offset, d, scale, out, weight, accumulate):
     """out[j] (+)= weight·scale·(1 − 2·bit_j) (``accumulate``), else out[j] = scale·(1 − 2·bit_j);
-    64 entries per little-endian word of the bit stream (:func:`.wire.le_word`)."""
+    64 entries per little-endian word of the bit stream (:func:`.kernels.wire.le_word`)."""
     s = weight * scale if accumulate else scale
     n64 = d // 64
     for g in range(n64):

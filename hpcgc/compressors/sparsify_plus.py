@@ -28,15 +28,14 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-import scipy.optimize
 from numba import njit
 
 from ..errors import ConfigError, PayloadError
-from . import wire
 from .base import FP64_PARAM, Compressor, DecodeSparse, Param
 from .dither_plus import MATRIX_PARAMS, float32_exact, stream_error
-from .elias_omega import bernoulli_keep, gap_stream_bits, gap_stream_read, gap_stream_write
-from .norms import nonfinite_flag
+from .kernels import wire
+from .kernels.elias_omega import bernoulli_keep, gap_stream_bits, gap_stream_read, gap_stream_write
+from .kernels.norms import nonfinite_flag
 
 FORMAT_EO_SPARSE = 41
 
@@ -78,6 +77,7 @@ def optimal_probabilities(a, tau: float) -> tuple[np.ndarray, float]:
     elif F(hi) >= 0.0:
         rho = hi
     else:
+        import scipy.optimize  # here, not at import: worker ranks never load the optimizers
         rho = scipy.optimize.brentq(F, lo, hi, xtol=1e-300, rtol=4 * np.finfo(float).eps, maxiter=500)
     p[pos] = ap / (ap + rho)
     return p, float(rho)

@@ -7,20 +7,20 @@ with ‖C(x) − x‖² ≤ (1 − δ)‖x‖² for all x (a vector below λ eve
 Lu et al., *DAGC: Data-aware adaptive gradient compression*, INFOCOM 2023). The number of kept
 entries varies from message to message.
 
-One pass over x (:func:`~.sparse.select_at_least`): per 64 entries, vectorised integer compares
+One pass over x (:func:`~.kernels.sparse.select_at_least`): per 64 entries, vectorised integer compares
 of the bit patterns (|x_j| ≥ λ ⇔ bits(|x_j|) ≥ the bits of the smallest float ≥ λ) give a hit
 mask and the finiteness check, and the mask's set bits give indices and values in order; a
 strided sample of 4096 entries sizes the buffers. Wire format (after the 8-byte header): nnz
 (uint32), nnz values x_j (float32, or float64 with ``fp64=true``), the nnz indices (fixed
-⌈log₂d⌉ bits or Elias-omega gaps, whichever is smaller, header flag bit 1; :mod:`.sparse`).
+⌈log₂d⌉ bits or Elias-omega gaps, whichever is smaller, header flag bit 1; :mod:`.kernels.sparse`).
 Model bits: nnz·F + index bits of the encoding used (≤ nnz·(F + ⌈log₂d⌉), the spec's count).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .base import FP64_PARAM, Param
-from .sparse import SparseCompressor, cast_finite, float_bits, select_at_least
+from .base import FP64_PARAM, Param, SparseCompressor
+from .kernels.sparse import cast_finite, float_bits, select_at_least
 
 
 def threshold_bits(lam: float, dtype) -> np.unsignedinteger:

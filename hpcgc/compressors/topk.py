@@ -8,7 +8,7 @@ NeurIPS 2018). Biased: use it with error feedback.
 
 Selection is O(d), not a sort, and usually one pass over x (:func:`topk_sampled`): the order
 statistics of m = 32768 strided entries give, with high probability, a magnitude lo just below the
-k-th largest (and hi just above it); one pass (:func:`~.sparse.select_at_least`, vectorised
+k-th largest (and hi just above it); one pass (:func:`~.kernels.sparse.select_at_least`, vectorised
 compares of the IEEE-754 bit patterns of |x_j|, which order like the magnitudes) collects the
 ≈ 1.2k entries ≥ lo in index order and checks NaN/±Inf; a radix select among those in [lo, hi]
 finds the exact k-th largest T; the result is every candidate > T and the first (k − #{> T})
@@ -22,7 +22,7 @@ are always selected and detected among the values.
 
 Wire format (after the 8-byte header): k values x_j (float32, or float64 with ``fp64=true``),
 then the k indices (fixed ⌈log₂d⌉ bits or Elias-omega gaps, whichever is smaller, header flag
-bit 1; :mod:`.sparse`). Model bits: k·F + index bits of the encoding used (≤ k·(F + ⌈log₂d⌉)).
+bit 1; :mod:`.kernels.sparse`). Model bits: k·F + index bits of the encoding used (≤ k·(F + ⌈log₂d⌉)).
 """
 from __future__ import annotations
 
@@ -31,9 +31,8 @@ import math
 import numpy as np
 from numba import njit
 
-from .base import FP64_PARAM, Param
-from .sparse import (
-    FixedKSparse,
+from .base import FP64_PARAM, FixedKSparse, Param
+from .kernels.sparse import (
     bit_length,
     cast_finite,
     float_bits,
@@ -230,11 +229,11 @@ _SAMPLE_MIN_D = 1 << 16
 
 def topk_sampled(x: np.ndarray, k: int):
     """Top-k by a sampled threshold: (idx, keys, status) or None when the estimate fails; idx and
-    keys are work arrays (:func:`~.sparse.scratch`), valid until the next call in this thread.
+    keys are work arrays (:func:`~.kernels.sparse.scratch`), valid until the next call in this thread.
 
     With q = k/d and m = 32768 strided entries, the (qm + 4√(qm) + 4)-th largest sampled
     magnitude lo is, with high probability, below the k-th largest of x but not far below, and
-    the (qm − 4√(qm) − 4)-th largest hi above it. One pass (:func:`~.sparse.select_at_least`)
+    the (qm − 4√(qm) − 4)-th largest hi above it. One pass (:func:`~.kernels.sparse.select_at_least`)
     collects every entry ≥ lo — about 1.2 k candidates; NaN/Inf are detected on the way
     (status 1) — then the exact k-th largest T (radix select among the candidates in [lo, hi],
     :func:`rank_among_candidates`) decides: entries > T and the first ties = T, in index order.

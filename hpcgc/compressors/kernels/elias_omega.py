@@ -16,7 +16,7 @@ Two stream layouts share the code:
   stream as float32/float64 after byte padding.
 
 Bits are written LSB-first into bytes (stream bit b is bit b % 8 of byte b // 8, as in
-:mod:`hpcgc.compressors.wire`), each code in its natural order (first code bit first). Readers
+:mod:`hpcgc.compressors.kernels.wire`), each code in its natural order (first code bit first). Readers
 check every bound and return a negative error code instead of reading past the stream.
 """
 from __future__ import annotations

@@ -30,17 +30,14 @@ threshold and top-k, builds 64-entry hit masks whose set bits are the kept indic
 from __future__ import annotations
 
 import threading
-from typing import ClassVar
 
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from ..errors import ConfigError, PayloadError
+from ...errors import PayloadError
 from . import wire
-from .base import Compressor
-from .norms import nonfinite_flag
 
 # decode status codes (negative: error)
 ERR_TRUNCATED = -1
@@ -549,120 +546,3 @@ def read_indices(payload: np.ndarray, offset: int, nnz: int, d: int, use_elias: 
     if tail and payload[end - 1] >> tail:
         raise PayloadError(f"{who}: corrupted payload: non-zero padding bits after the last index")
     return idx, nnz * wire.bits_for(d)
-
-
-class SparseCompressor(Compressor):
-    """Shared layout of sparse messages (after the 8-byte header)::
-
-        [nnz: uint32, only if the count varies (``VARIABLE_NNZ``)]
-        values: nnz × float32 (float64 with ``fp64=true``), or the subclass's value encoding
-        index stream: fixed ⌈log₂d⌉-bit fields or Elias-omega gaps (header flag bit 1)
-
-    Subclasses set ``VARIABLE_NNZ`` and, for fixed-count formats, implement ``_nnz(d)``; a value
-    encoding other than F-bit floats overrides ``_value_bytes``/``_value_bits``.
-    """
-
-    VARIABLE_NNZ: ClassVar[bool] = False
-
-    def _nnz(self, d: int) -> int:
-        raise NotImplementedError
-
-    def _value_bytes(self, nnz: int) -> int:
-        return nnz * self._scale_bytes
-
-    def _value_bits(self, nnz: int) -> int:
-        return nnz * self._float_bits
-
-    def _dtype(self) -> str:
-        return "<f8" if self._fp64 else "<f4"
-
-    @property
-    def _prefix(self) -> int:
-        return 4 if self.VARIABLE_NNZ else 0
-
-    def _new_sparse_payload(self, idx: np.ndarray, d: int) -> tuple[np.ndarray, int, int]:
-        """Payload for these increasing indices; returns (payload, values offset, values bytes).
-        Writes header, count and index stream; the caller writes the values."""
-        nnz = idx.shape[0]
-        use_elias, ibits, words = encode_indices(idx, d)
-        vbytes = self._value_bytes(nnz)
-        flags = self._flags | (wire.FLAG_ELIAS if use_elias else 0)
-        payload = wire.new_payload(self._prefix + vbytes + (ibits + 7) // 8, self.FORMAT_ID, flags,
-                                   self._fingerprint, d)
-        if self.VARIABLE_NNZ:
-            payload[wire.HEADER_BYTES:wire.HEADER_BYTES + 4].view("<u4")[0] = nnz
-        voff = wire.HEADER_BYTES + self._prefix
-        write_index_stream(idx, d, words, ibits, payload, voff + vbytes)
-        return payload, voff, vbytes
-
-    def _read_sparse(self, payload, d: int) -> tuple[np.ndarray, int, int, np.ndarray, int]:
-        """Check header, count and index stream; returns (payload, values offset, nnz, indices,
-        index bits)."""
-        payload = self._as_payload(payload, d)
-        flags = wire.check_header(payload, self.name, self.FORMAT_ID, self._flags, self._fingerprint,
-                                  d, wire.HEADER_BYTES + self._prefix, free_flags=wire.FLAG_ELIAS,
-                                  exact=False)
-        if self.VARIABLE_NNZ:
-            nnz = int.from_bytes(payload[wire.HEADER_BYTES:wire.HEADER_BYTES + 4].tobytes(), "little")
-            if nnz > d:
-                raise PayloadError(f"{self.name}: corrupted payload: {nnz} nonzeros for d={d}")
-        else:
-            nnz = self._nnz(d)
-        voff = wire.HEADER_BYTES + self._prefix
-        vbytes = self._value_bytes(nnz)
-        if payload.size < voff + vbytes:
-            raise PayloadError(f"{self.name}: payload truncated: {payload.size} bytes, shorter than "
-                               f"its {nnz} values")
-        idx, ibits = read_indices(payload, voff + vbytes, nnz, d, bool(flags & wire.FLAG_ELIAS),
-                                  self.name)
-        return payload, voff, nnz, idx, ibits
-
-    def _read_values(self, payload: np.ndarray, voff: int, nnz: int) -> np.ndarray:
-        values = wire.read_array(payload, voff, nnz, self._dtype())
-        if nonfinite_flag(values) != 0.0:
-            raise PayloadError(f"{self.name}: corrupted payload: non-finite value")
-        return values
-
-    def model_bits(self, payload, d: int) -> int:
-        """nnz·F + index bits of the encoding used (fixed nnz·⌈log₂d⌉ or Elias-omega gaps)."""
-        _, _, nnz, _, ibits = self._read_sparse(payload, d)
-        return self._value_bits(nnz) + ibits
-
-    def _scale(self, d: int, nnz: int) -> float:
-        """Factor applied to the decoded values (d/k for rand-k, 1 for top-k and threshold)."""
-        return 1.0
-
-    def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
-        payload, voff, nnz, idx, _ = self._read_sparse(payload, d)
-        values = self._read_values(payload, voff, nnz)
-        out = np.zeros(d)
-        scatter_scaled(values, idx, self._scale(d, nnz), out, False)
-        return out
-
-    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
-        payload, voff, nnz, idx, _ = self._read_sparse(payload, d)
-        values = self._read_values(payload, voff, nnz)
-        scatter_scaled(values, idx, weight * self._scale(d, nnz), out, True)
-
-
-class FixedKSparse(SparseCompressor):
-    """A sparse format with exactly k ≤ d kept entries, k the parameter ``k`` (rand-k, top-k, …)."""
-
-    def _init(self) -> None:
-        self.k = self._params["k"]
-
-    def _validate(self, d: int) -> None:
-        if self.k > d:
-            raise ConfigError(f"{self.name}: parameter k={self.k} is out of range for d={d}; "
-                              f"allowed: 1 <= k <= d")
-
-    def _nnz(self, d: int) -> int:
-        return self.k
-
-    def _check_k(self, d: int) -> None:
-        if self.k > d:
-            raise PayloadError(f"{self.name}: requested d={d} is smaller than k={self.k}")
-
-    def _read_sparse(self, payload, d):
-        self._check_k(d)
-        return super()._read_sparse(payload, d)

@@ -43,7 +43,7 @@ from functools import lru_cache
 import numpy as np
 from numba import literally, njit
 
-from ..errors import PayloadError
+from ...errors import PayloadError
 from .simd import LANES, decode_row, extract_row, shl_row, shr_row, values_row
 
 if sys.byteorder != "little":  # pragma: no cover - every current HPC platform is little-endian

@@ -15,11 +15,12 @@ layouts where that is natural (fixed-width fields LSB-first, 5 trits per byte, s
 blocks), so the work matches; sparse indices always use the fixed ⌈log₂d⌉-bit encoding.
 
 With ``uniforms=splitmix_uniforms(seed)`` — the numpy transcription of
-:func:`hpcgc.compressors.prng.uniform_at` and :func:`~hpcgc.compressors.prng.uniforms32` — and the seed a compressor drew, the dithering
-references (qsgd, quant, terngrad, natural, natural-dither, bernoulli) make the *same* random
-choices as the numba kernels, so tests can compare decoded vectors exactly. rand-k style sampling
-(Floyd's algorithm there, ``rng.choice`` here) differs; deterministic compressors (top-k without
-ties, threshold, sign) agree exactly.
+:func:`hpcgc.compressors.kernels.prng.uniform_at` and
+:func:`~hpcgc.compressors.kernels.prng.uniforms32` — and the seed a compressor drew, the
+dithering references (qsgd, quant, terngrad, natural, natural-dither, bernoulli) make the *same*
+random choices as the numba kernels, so tests can compare decoded vectors exactly. rand-k style
+sampling (Floyd's algorithm there, ``rng.choice`` here) differs; deterministic compressors (top-k
+without ties, threshold, sign) agree exactly.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def _mix64(z: np.ndarray) -> np.ndarray:
 
 
 def _words(seed, w: np.ndarray) -> np.ndarray:
-    """z_w = mix64(seed + (w + 1)·γ), the 64-bit words of :mod:`hpcgc.compressors.prng`."""
+    """z_w = mix64(seed + (w + 1)·γ), the 64-bit words of :mod:`hpcgc.compressors.kernels.prng`."""
     with np.errstate(over="ignore"):
         return _mix64(np.uint64(seed) + (w.astype(np.uint64) + np.uint64(1)) * _GAMMA)
 
@@ -60,7 +61,7 @@ class RngUniforms:
 
 class SplitMixUniforms:
     """The kernels' randomness for one kernel seed, transcribed to numpy: ``floats(n)`` =
-    [uniform_at(seed, i)], ``u32(d)`` = what :func:`hpcgc.compressors.prng.uniforms32` gives
+    [uniform_at(seed, i)], ``u32(d)`` = what :func:`hpcgc.compressors.kernels.prng.uniforms32` gives
     the chunks [c0, c0 + ``wire.CHUNK``) the dithering kernels draw per."""
 
     def __init__(self, seed):

@@ -3,8 +3,9 @@
 numba's ``cache=True`` invalidates a cached kernel only when *its own* source file changes. A
 kernel in ``qsgd.py`` that calls ``wire.pack_fixed_width`` keeps the old, inlined copy after
 ``wire.py`` is edited — silently running stale code. At import, this module hashes the sources of
-the package and, when the hash differs from the one recorded next to the cache, deletes the
-package's cached kernels (``__pycache__/*.nbi``, ``*.nbc``) so that everything recompiles once.
+the package (``hpcgc/compressors`` and its ``kernels/``) and, when the hash differs from the one
+recorded in ``hpcgc/compressors/__pycache__``, deletes the package's cached kernels (every
+``__pycache__/*.nbi``, ``*.nbc`` under it) so that everything recompiles once.
 
 Many ranks starting at once after such a change would each compile every kernel they use (a
 "recompilation storm": 8 ranks on 2 cores took 60 s each instead of 5 s). So the rebuild is done
@@ -13,7 +14,9 @@ deletes the stale files and, when the process is one of several MPI ranks (``PMI
 ``OMPI_COMM_WORLD_SIZE``, ``PMIX_SIZE`` or ``SLURM_NTASKS`` > 1), compiles the catalogue's kernels
 on small inputs (the package's ``_warm_up``) before it records the new hash and releases the lock.
 The other ranks wait on the lock and then load the cached kernels. A single process keeps the lazy
-behaviour (it compiles only what it uses). numba writes cache files atomically (temporary file +
+behaviour (it compiles only what it uses), and so does a ``python -m hpcgc.bench`` run, which sets
+``HPCGC_KERNEL_WARMUP=run``: it compiles only its own compressors' kernels, one rank first
+(``hpcgc.run.experiment.warm_jit``), instead of the whole catalogue. numba writes cache files atomically (temporary file +
 rename), so concurrent readers never see a partial file.
 
 Only the default cache location (``__pycache__`` beside the sources) is handled; with
@@ -25,10 +28,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 _STAMP = "hpcgc-kernel-sources.sha1"
 _LOCK = "hpcgc-kernel-cache.lock"
+_WARMUP_VAR = "HPCGC_KERNEL_WARMUP"
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS")
 
 try:
@@ -38,14 +43,25 @@ except ImportError:  # pragma: no cover - not POSIX
 
 
 def _here() -> Path:
-    return Path(__file__).resolve().parent
+    """The guarded package: ``hpcgc/compressors`` (this file is in its ``kernels/``)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def _sources(here: Path) -> list[Path]:
+    """Every source file of the package, its subpackages included, in a fixed order."""
+    return sorted(here.rglob("*.py"), key=lambda p: p.relative_to(here).as_posix())
+
+
+def _cached_kernels(here: Path) -> list[Path]:
+    """numba's index and data files in every ``__pycache__`` of the package."""
+    return [f for cache in here.rglob("__pycache__") for f in (*cache.glob("*.nbi"), *cache.glob("*.nbc"))]
 
 
 def _digest(here: Path) -> str | None:
     h = hashlib.sha1()
     try:
-        for src in sorted(here.glob("*.py")):
-            h.update(src.name.encode())
+        for src in _sources(here):
+            h.update(src.relative_to(here).as_posix().encode())
             h.update(src.read_bytes())
     except OSError:
         return None
@@ -124,7 +140,7 @@ def begin_invalidation() -> Rebuild | None:
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
                 return None
-        for f in list(cache.glob("*.nbi")) + list(cache.glob("*.nbc")):
+        for f in _cached_kernels(here):
             try:
                 f.unlink()
             except OSError:
@@ -136,7 +152,7 @@ def begin_invalidation() -> Rebuild | None:
             except OSError:
                 pass
             fd = None
-    return Rebuild(cache, digest, fd, warm=_several_ranks())
+    return Rebuild(cache, digest, fd, warm=_several_ranks() and os.environ.get(_WARMUP_VAR, "") != "run")
 
 
 def invalidate_if_sources_changed() -> None:
@@ -144,3 +160,31 @@ def invalidate_if_sources_changed() -> None:
     rb = begin_invalidation()
     if rb is not None:
         rb.finish()
+
+
+class WouldCompile(RuntimeError):
+    """Raised inside :func:`cache_only` when a kernel is not in numba's cache."""
+
+
+@contextmanager
+def cache_only():
+    """Within this block numba may load kernels from its on-disk cache but not compile one: a
+    cache miss raises :class:`WouldCompile` before any compilation starts (a listener on numba's
+    ``numba:compile`` event, which numba triggers only on a miss). Lets every MPI rank load its
+    kernels at once when the cache is complete, and fall back to one compiling rank when it is not
+    (``hpcgc.run.experiment.warm_jit``)."""
+    from numba.core import event
+
+    class _Refuse(event.Listener):
+        def on_start(self, ev):
+            raise WouldCompile(f"{ev.data.get('dispatcher', 'a kernel')} is not in numba's cache")
+
+        def on_end(self, ev):
+            pass
+
+    listener = _Refuse()
+    event.register("numba:compile", listener)
+    try:
+        yield
+    finally:
+        event.unregister("numba:compile", listener)

@@ -1,0 +1,19 @@
+"""The machinery the compressors share: numba kernels, the wire format, the numpy references.
+
+The catalogue (``hpcgc/compressors/*.py``, one file per compressor) states each operator's math,
+bits and ω/δ and calls these modules; nothing here knows a compressor class.
+
+    wire.py          the 8-byte header, payload checks, fixed-width and blocked bit packing, trits
+    simd.py          explicit-SIMD rows (LLVM ``<32 x i32>``) behind ``wire``'s blocked layout
+    prng.py          SplitMix64, counter-based: ``uniform_at``, ``uniforms32``, ``next_below``
+    norms.py         block ℓ2 / ℓ∞ norms and the all-finite test
+    dither.py        QSGD's dithering rule (shared by ``qsgd``'s fixed and Elias codes)
+    sparse.py        sparse index codecs (fixed width or Elias-omega gaps), finite checks, selection
+    elias_omega.py   Elias-omega bit streams of the smoothness-aware compressors
+    reference.py     plain numpy implementations: micro-benchmark baseline and test oracles
+    _numba_cache.py  the guard that drops stale cached kernels when any source here changes
+
+Nothing is imported here: a module is loaded when a compressor (or a test) imports it, so a run
+loads only the kernels of its own compressors. Every kernel is a module-level
+``@njit(cache=True)`` function (``docs/compressors.md``, Kernel notes).
+"""
