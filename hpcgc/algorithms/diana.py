@@ -255,7 +255,7 @@ class Diana(Algorithm):
     def describe(self) -> dict:
         return {"gamma": self.gamma, "alpha": self.alpha, "beta": self.beta, "omega": self.omega,
                 "independent_messages": self.independent, "step_rule": self.step_rule,
-                "step_formula": f"{self.mult:g} * {STEP_RULES[self.step_rule][2]}"}
+                "step_formula": f"{self.mult:g} * {STEP_RULES[self.step_rule][2]}" if self.step_rule in STEP_RULES else ""}
 
 
 def expected_smoothness(problem, b: int) -> float:
