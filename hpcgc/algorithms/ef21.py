@@ -48,8 +48,7 @@ import numpy as np
 
 from .. import compressors as C
 from ..errors import ConfigError
-from .base import Algorithm
-from .base import LEARNING_RATE
+from .base import LEARNING_RATE, Algorithm
 from .ef import EF_AUTO_RULES, EF_STEP_RULES, contraction, plan_refusal, step_options
 
 HEAD = 4

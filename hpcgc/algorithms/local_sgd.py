@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import compressors as C
-from ..errors import ConfigError
 from ..compressors.summable import ConcatSum
+from ..errors import ConfigError
 from .base import Algorithm
 
 FRAME = 4  # bytes of length before each tensor's payload

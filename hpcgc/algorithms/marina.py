@@ -33,8 +33,16 @@ import numpy as np
 
 from .. import compressors as catalogue
 from ..errors import ConfigError
-from .base import (LEARNING_RATE, NO_CONSTANT, SMOOTH, STRONGLY_CONVEX, Algorithm, coin_probability,
-                   learning_rate, shared_coin)
+from .base import (
+    LEARNING_RATE,
+    NO_CONSTANT,
+    SMOOTH,
+    STRONGLY_CONVEX,
+    Algorithm,
+    coin_probability,
+    learning_rate,
+    shared_coin,
+)
 from .diana import biased_refusal
 
 

@@ -331,4 +331,4 @@ def decode(comp, payload, d: int):
     return idx, y[idx], comp.model_bits(payload, d)
 
 
-__all__ = ["DianaPlus", "DcgdPlus", "bind_whitened", "decode"]
+__all__ = ["DcgdPlus", "DianaPlus", "bind_whitened", "decode"]
