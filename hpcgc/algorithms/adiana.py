@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import ConfigError, PayloadError
 from .base import Algorithm, coin_probability, shared_coin
-from .diana import biased_refusal
+from .diana import independent_messages, unbiased_omega
 
 COLLECTIVES_WHY = ("its workers need the reference point w^k as well as x^k, and a parameter server broadcasts "
                    "only x: under 'allgather' every rank holds the server state and reads w^k from it; use "
@@ -195,13 +195,10 @@ class Adiana(Algorithm):
     def __init__(self, compressors, *, d, n_workers, weights, problem_info, options):
         super().__init__(compressors, d=d, n_workers=n_workers, weights=weights, problem_info=problem_info,
                          options=options)
-        omegas = [c.omega(d) for c in compressors]
-        if any(w is None for w in omegas):
-            bad = next(c for c in compressors if c.omega(d) is None)
-            raise ConfigError(biased_refusal(self.name, bad.spec))
+        omega = unbiased_omega(self.name, compressors, d)
         refuse_extras(self.name, options)
-        self.omega = float(max(omegas))
-        self.independent = n_workers if not any(c.shared_randomness for c in compressors) else 1
+        self.omega = omega
+        self.independent = independent_messages(compressors, n_workers)
         self.L = float(problem_info["L_max"])
         self.par = theory_parameters(self.name, L=self.L, mu=float(problem_info.get("mu") or 0.0), omega=self.omega,
                                      n=self.independent, prob=options.get("probability", "theory"),

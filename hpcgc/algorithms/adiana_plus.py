@@ -36,6 +36,7 @@ from .adiana import (
     theory_parameters,
     unframe,
 )
+from .diana import independent_messages
 from .smoothness import DianaPlus
 
 
@@ -65,7 +66,7 @@ class AdianaPlus(DianaPlus):
                         "alpha": options.get("alpha", "theory")}
         theory_parameters(self.name, L=self.L_max, mu=self.mu, omega=1.0, n=n_workers, ltilde=1.0,
                           prob=self.options["prob"], alpha="theory")          # μ > 0 and p at plan of the run
-        self.independent = n_workers if not any(c.shared_randomness for c in compressors) else 1
+        self.independent = independent_messages(compressors, n_workers)
         self.par = {}
         self.seed = int(options.get("seed", 0))
         self._ss = None

@@ -140,20 +140,14 @@ class Diana(Algorithm):
     def __init__(self, compressors, *, d, n_workers, weights, problem_info, options):
         super().__init__(compressors, d=d, n_workers=n_workers, weights=weights, problem_info=problem_info,
                          options=options)
-        omegas = [c.omega(d) for c in compressors]
-        if any(w is None for w in omegas):
-            bad = next(c for c in compressors if c.omega(d) is None)
-            raise ConfigError(biased_refusal(self.name, bad.spec))
+        self.omega = unbiased_omega(self.name, compressors, d)
         mult = options.get("step_multiplier", 1.0)
         if not (mult > 0 and np.isfinite(mult)):
             raise ConfigError(f"run.step_multiplier must be > 0, got {mult!r}")
         beta = options.get("momentum", 0.0)
         if not (0.0 <= beta < 1.0):
             raise ConfigError(f"run.momentum must be in [0, 1), got {beta!r}")
-        self.omega = float(max(omegas))
-        # shared randomness (shared-seed rand-k): the n messages are correlated, so their mean's
-        # variance is bounded by ω·mean‖Δ_i‖², not (ω/n)·mean‖Δ_i‖² — the step uses n = 1
-        self.independent = n_workers if not any(c.shared_randomness for c in compressors) else 1
+        self.independent = independent_messages(compressors, n_workers)
         self.alpha = self._alpha(options.get("alpha"))
         self.beta = float(beta)
         self.l1 = float(options.get("l1", 0.0))
@@ -266,6 +260,22 @@ def expected_smoothness(problem, b: int) -> float:
     if b >= m or m <= 1:
         return L_i
     return m * (b - 1) / (b * (m - 1)) * L_i + (m - b) / (b * (m - 1)) * problem.row_smoothness()
+
+
+def unbiased_omega(name: str, compressors, d: int) -> float:
+    """ω = max_i ω_i of the workers' compressors for an unbiased-only method (DIANA, DCGD, MARINA,
+    ADIANA); a biased one is refused with :func:`biased_refusal`."""
+    for c in compressors:
+        if c.omega(d) is None:
+            raise ConfigError(biased_refusal(name, c.spec))
+    return float(max(c.omega(d) for c in compressors))
+
+
+def independent_messages(compressors, n_workers: int) -> int:
+    """The n in the ω/n of the theory steps. With shared randomness (shared-seed rand-k) the n
+    messages are correlated, so their mean's variance is bounded by ω·mean‖Δ_i‖², not
+    (ω/n)·mean‖Δ_i‖²: the steps then use n = 1."""
+    return n_workers if not any(c.shared_randomness for c in compressors) else 1
 
 
 def biased_refusal(name: str, spec: str) -> str:

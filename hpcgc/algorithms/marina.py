@@ -43,7 +43,7 @@ from .base import (
     learning_rate,
     shared_coin,
 )
-from .diana import biased_refusal
+from .diana import independent_messages, unbiased_omega
 
 
 @dataclass
@@ -87,10 +87,7 @@ class Marina(Algorithm):
     def __init__(self, compressors, *, d, n_workers, weights, problem_info, options):
         super().__init__(compressors, d=d, n_workers=n_workers, weights=weights, problem_info=problem_info,
                          options=options)
-        omegas = [c.omega(d) for c in compressors]
-        if any(w is None for w in omegas):
-            bad = next(c for c in compressors if c.omega(d) is None)
-            raise ConfigError(biased_refusal(self.name, bad.spec))
+        omega = unbiased_omega(self.name, compressors, d)
         if int(options.get("batch", 0)):
             raise ConfigError(NO_BATCH)
         if float(options.get("l1", 0.0)):
@@ -99,8 +96,8 @@ class Marina(Algorithm):
             raise ConfigError("marina has no momentum; set run.momentum = 0")
         if options.get("alpha") not in (None, "theory"):
             raise ConfigError("marina has no shifts (α); remove run.alpha")
-        self.omega = float(max(omegas))
-        self.independent = n_workers if not any(c.shared_randomness for c in compressors) else 1
+        self.omega = omega
+        self.independent = independent_messages(compressors, n_workers)
         self.p = coin_probability(self.name, options.get("probability", "theory"), 1.0 / (1.0 + self.omega))
         kind = problem_info.get("kind", "logreg")
         refusal = self.check_problem(kind, {**options, "algorithm": self.name})
