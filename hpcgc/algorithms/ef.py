@@ -111,28 +111,40 @@ def step_options(alg, options: dict, problem_info: dict) -> tuple[float, float, 
     return float(mult), lr, rule
 
 
-class EF(Algorithm):
-    """EF14 / EF-SGD: compress γ·g_i plus the memory of what was not sent."""
+class ErrorFeedback(Algorithm):
+    """What ``ef`` and ``ef21`` share: biased compressors, nonconvex problems, their step rules and
+    their refusals (at plan time and, for direct users of the class, at construction)."""
 
-    name = "ef"
     takes_biased = True
     nonconvex_ok = True
     step_rules = EF_STEP_RULES
     auto_rules = EF_AUTO_RULES
-    collectives = ("gather", "allreduce", "allgather")
+    needs_delta = False
+    """True when the step and the recursion need the compressor's contraction δ (EF21)."""
 
     @classmethod
     def plan_refusals(cls, rc: dict, compressor=None) -> list[str]:
-        msg = plan_refusal(cls.name, rc, compressor, needs_delta=False) if compressor is not None else None
+        msg = plan_refusal(cls.name, rc, compressor, needs_delta=cls.needs_delta) if compressor is not None else None
         return [msg] if msg else []
+
+    def refuse_options(self, options: dict, compressor) -> None:
+        """The same refusals from the resolved ``[run]`` options (ConfigError)."""
+        for msg in self.plan_refusals({"run": {"momentum": options.get("momentum", 0.0),
+                                               "alpha": options.get("alpha", "theory")},
+                                       "problem": {"l1": options.get("l1", 0.0)}}, compressor):
+            raise ConfigError(msg)
+
+
+class EF(ErrorFeedback):
+    """EF14 / EF-SGD: compress γ·g_i plus the memory of what was not sent."""
+
+    name = "ef"
+    collectives = ("gather", "allreduce", "allgather")
 
     def __init__(self, compressors, *, d, n_workers, weights, problem_info, options):
         super().__init__(compressors, d=d, n_workers=n_workers, weights=weights, problem_info=problem_info,
                          options=options)
-        for msg in self.plan_refusals({"run": {"momentum": options.get("momentum", 0.0),
-                                               "alpha": options.get("alpha", "theory")},
-                                       "problem": {"l1": options.get("l1", 0.0)}}, compressors[0]):
-            raise ConfigError(msg)
+        self.refuse_options(options, compressors[0])
         mult, lr, self.step_rule = step_options(self, options, problem_info)
         pairs = [contraction(c, d) for c in compressors]
         self.scales = np.array([s for _, s in pairs])

@@ -48,8 +48,8 @@ import numpy as np
 
 from .. import compressors as C
 from ..errors import ConfigError
-from .base import LEARNING_RATE, Algorithm
-from .ef import EF_AUTO_RULES, EF_STEP_RULES, contraction, plan_refusal, step_options
+from .base import LEARNING_RATE
+from .ef import ErrorFeedback, contraction, step_options
 
 HEAD = 4
 """Header bytes that name a payload's codec: format id, flags, 16-bit spec fingerprint."""
@@ -79,31 +79,20 @@ def theory_step(L: float, L_tilde: float, delta: float) -> tuple[float, float, f
     return 1.0 / (L + L_tilde * math.sqrt(beta / theta)), theta, beta
 
 
-class EF21(Algorithm):
+class EF21(ErrorFeedback):
     """EF21 (Richtárik, Sokolov, Fatkhullin 2021)."""
 
     name = "ef21"
-    takes_biased = True
-    nonconvex_ok = True
+    needs_delta = True
     downlink_ok = True       # EF21-P (run.downlink): workers evaluate at the broadcast w, the server steps x
-    step_rules = EF_STEP_RULES
-    auto_rules = EF_AUTO_RULES
     collectives = ("gather", "allgather")
     collectives_why = ("its first message is dense float64 and the later ones compressed (two codecs), "
                        "and an Allreduce carries one")
 
-    @classmethod
-    def plan_refusals(cls, rc: dict, compressor=None) -> list[str]:
-        msg = plan_refusal(cls.name, rc, compressor, needs_delta=True) if compressor is not None else None
-        return [msg] if msg else []
-
     def __init__(self, compressors, *, d, n_workers, weights, problem_info, options):
         super().__init__(compressors, d=d, n_workers=n_workers, weights=weights, problem_info=problem_info,
                          options=options)
-        for msg in self.plan_refusals({"run": {"momentum": options.get("momentum", 0.0),
-                                               "alpha": options.get("alpha", "theory")},
-                                       "problem": {"l1": options.get("l1", 0.0)}}, compressors[0]):
-            raise ConfigError(msg)
+        self.refuse_options(options, compressors[0])
         self.mult, self.lr, self.step_rule = step_options(self, options, problem_info)
         pairs = [contraction(c, d) for c in compressors]
         if any(dl is None or not dl > 0 for dl, _ in pairs):
