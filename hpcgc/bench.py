@@ -153,7 +153,9 @@ def cmd_list(args) -> int:
           "  ridge        l2-regularized least squares\n"
           "  sigmoid-loss nonconvex (1 - sigmoid(y a'x))^2 + l2/2 |x|^2 (labels ±1; L known, no f*)\n"
           "  softmax      multinomial logistic regression (local-sgd; dcgd/diana with run.learning_rate)\n"
-          "  mlp          one-hidden-layer ReLU network (local-sgd; dcgd/diana with run.learning_rate)\n"
+          "  mlp          ReLU network, problem.depth hidden layers of problem.hidden units, "
+          "d = p*H + H + (depth-1)(H^2 + H) + H*C + C\n"
+          "               (local-sgd; the nonconvex-capable algorithms with run.learning_rate)\n"
           f"step rules (run.step_rule, dcgd/diana): {', '.join(['auto', *algorithms.get('diana').step_rules])}")
     return 0
 
@@ -240,7 +242,8 @@ def cmd_run(args, argv, validate_only=False) -> int:
                                for k, v in r.alg.describe().items())
             say(f"  {r.rp.run_id}: {rc['data']['dataset']} [{rc['data']['partition']}] {rc['problem']['kind']} "
                 f"collective={rc['run']['collective']} "
-                f"l2={rc['problem']['l2']:g}  d={r.s.d} n={r.s.n_workers}  {params}  iterations={rc['run']['iterations']}")
+                f"l2={rc['problem']['l2']:g}  d={r.s.d} n={r.s.n_workers}  {params}  iterations={rc['run']['iterations']}"
+                + (f"  layers={'-'.join(map(str, r.s.model.widths))}" if r.s.model is not None else ""))
         return 0
     path, summaries = execute(runs, t, out, argv, log=log, t_start=t0, name=cfg["name"], progress=not args.quiet,
                               overwrite=args.overwrite, resume=args.resume)

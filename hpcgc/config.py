@@ -72,7 +72,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "problem": {
         "kind": Key(str, "logreg", "logreg | ridge (convex, f* known) | sigmoid-loss (nonconvex, L known) | "
                     "softmax | mlp (classifiers: local-sgd, or dcgd/diana with run.learning_rate)"),
-        "hidden": Key(int, 32, "hidden units of the one-hidden-layer MLP", check=(_positive, "> 0")),
+        "hidden": Key(int, 32, "hidden units per hidden layer of the MLP", check=(_positive, "> 0")),
+        "depth": Key(int, 1, "hidden layers of the MLP (d = p·H + H + (depth−1)(H²+H) + H·C + C; "
+                     "docs/methods.md)", check=(_positive, "> 0")),
         "l2": Key(_NUM, 1e-2, "weight λ of (λ/2)‖x‖² (strong convexity μ = λ)", check=(_nonneg, ">= 0")),
         "l1": Key(_NUM, 0.0, "weight of l1‖x‖₁, applied by prox on the server", check=(_nonneg, ">= 0")),
     },

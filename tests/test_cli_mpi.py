@@ -111,6 +111,10 @@ BAD = [
      "run.downlink = 'topk:k=5' is taken by: dcgd, diana"),
     (["--set", "run.downlink=randq:k=5"], "run.downlink: unknown compressor 'randq'"),
     (["--set", "run.downlink=sign"], "no contraction"),
+    (["--set", "problem.kind=mlp", "--set", "problem.depth=0", "--set", "run.learning_rate=0.1"],
+     "problem.depth: must be > 0, got 0"),
+    (["--set", "problem.kind=mlp", "--set", "problem.hidden=100000", "--set", "problem.depth=2", "--set",
+      "run.learning_rate=0.1"], "problem.hidden = 100000 with problem.depth = 2 gives more than 1e+10 parameters"),
 ]
 
 

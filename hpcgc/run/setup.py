@@ -16,7 +16,7 @@ import numpy as np
 from .. import algorithms, allocation, compressors, config, data, exchange
 from ..errors import ConfigError, UserError
 from ..exchange import downlink
-from ..models import MODEL_KINDS, ClassifierProblem, Model
+from ..models import MODEL_KINDS, ClassifierProblem, Model, check_mlp_size
 from ..problems import BINARY_KINDS, CONVEX_KINDS, Objective, cached_reference
 from ..problems import KINDS as LINEAR_KINDS
 from ..transport import Transport
@@ -97,6 +97,11 @@ def _check_point(rc: dict, alg_cls, comp) -> list[tuple]:
     kind = rc["problem"]["kind"]
     if kind not in PROBLEM_KINDS:
         out.append((("kind", kind), f"unknown problem.kind {kind!r}; available: {', '.join(PROBLEM_KINDS)}"))
+    if kind == "mlp":
+        try:
+            check_mlp_size(rc["problem"]["hidden"], rc["problem"]["depth"])
+        except ConfigError as exc:
+            out.append((("mlp-size", rc["problem"]["hidden"], rc["problem"]["depth"]), str(exc)))
     if not 0.0 <= r["momentum"] < 1.0:
         out.append((("momentum", r["momentum"]), f"run.momentum must be in [0, 1), got {r['momentum']!r}"))
     if isinstance(r["alpha"], str) and r["alpha"] != "theory":
@@ -250,7 +255,7 @@ class DataCache:
     def setup(self, rc: dict) -> Setup:
         key = (rc["data"]["dataset"], rc["data"]["partition"], rc["data"]["partition_seed"],
                tuple(rc["data"]["sizes"]), rc["data"]["test_fraction"], rc["problem"]["kind"], rc["problem"]["l2"],
-               rc["problem"]["l1"], rc["problem"]["hidden"], rc["run"]["server"])
+               rc["problem"]["l1"], rc["problem"]["hidden"], rc["problem"]["depth"], rc["run"]["server"])
         if key not in self.setups:
             self.setups[key] = self._build(rc)
         return self.setups[key]
@@ -283,7 +288,8 @@ class DataCache:
                         "label_hist": np.array([[np.count_nonzero(ds.y[p] == c) for c in classes] for p in parts])}
                 if kind in MODEL_KINDS:
                     y = np.searchsorted(classes, ds.y)
-                    meta["model"] = Model(kind, full.n_features, len(classes), rc["problem"]["hidden"])
+                    meta["model"] = Model(kind, full.n_features, len(classes), rc["problem"]["hidden"],
+                                          rc["problem"]["depth"])
                     global_obj = ClassifierProblem(meta["model"], ds.X[rows], y[rows], l2)
                     if test_ds is not None:
                         test_obj = ClassifierProblem(meta["model"], test_ds.X, np.searchsorted(classes, test_ds.y), l2)
@@ -302,7 +308,7 @@ class DataCache:
                 error = exc
             except MemoryError:
                 error = UserError(f"not enough memory to set up {rc['data']['dataset']!r} with problem.kind = "
-                                  f"{kind!r} (problem.hidden = {rc['problem']['hidden']})")
+                                  f"{kind!r} (problem.hidden = {rc['problem']['hidden']}, problem.depth = {rc['problem']['depth']})")
         t.agree(error)
         meta = t.bcast_object(meta)
         shard = t.scatter_object(shards)
