@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -239,6 +240,13 @@ def is_baseline(ri) -> bool:
     return ri.attrs.get("collective", "gather") == "allreduce" and comp.split(":")[0] == "identity"
 
 
+def _label(label: str) -> str:
+    """The method's label without the ``collective=...`` that :func:`tables.methods` adds (the
+    collective is a column of its own here)."""
+    label = re.sub(r"(?<=[(, ])collective=[a-z]+(, )?", "", label)
+    return re.sub(r"\s*\((, )?\)|, \)", lambda mt: "" if "(" in mt.group(0) else ")", label).strip()
+
+
 def method_models(coll, target: Target) -> list[MethodModel]:
     out = []
     for m in tables.methods(coll):
@@ -247,11 +255,18 @@ def method_models(coll, target: Target) -> list[MethodModel]:
         reached = sum(1 for v in its if math.isfinite(v))
         mean = {key: float(np.mean([p[key] for p in per])) for key in ("workers", "server", "up", "down")}
         out.append(MethodModel(
-            label=m.label, panel=m.panel, ranks=m.ranks, collective=per[0]["collective"],
+            label=_label(m.label), panel=m.panel, ranks=m.ranks, collective=per[0]["collective"],
             iterations=float(np.mean(its)) if reached == len(its) else float("nan"),
             reached=f"{reached}/{len(its)}", workers=mean["workers"], server=mean["server"],
             up_bytes=mean["up"], down_bytes=mean["down"], rounds=per[0]["rounds"],
             down_bcasts=per[0]["down_bcasts"], baseline=is_baseline(m.runs[0]), runs=m.runs))
+    seen: dict = {}
+    for mm in out:
+        seen.setdefault((mm.panel, mm.label), []).append(mm)
+    for same in seen.values():           # methods that differ only by their collective
+        if len(same) > 1:
+            for mm in same:
+                mm.label += f" via {mm.collective}"
     return out
 
 
