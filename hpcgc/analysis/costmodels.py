@@ -9,10 +9,11 @@ Sources:
 
 * R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective Communication Operations in
   MPICH", Int. J. High Performance Computing Applications 19(1):49–66, 2005 — the algorithms, their
-  costs and MPICH's selection rules (thresholds below; they are still MPICH's defaults:
+  costs and MPICH's selection rules (thresholds below: the defaults of MPICH's control variables
   ``MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE`` = 2048, ``MPIR_CVAR_BCAST_SHORT_MSG_SIZE`` = 12288,
   ``MPIR_CVAR_BCAST_LONG_MSG_SIZE`` = 524288, ``MPIR_CVAR_BCAST_MIN_PROCS`` = 8,
-  ``MPIR_CVAR_ALLGATHER_SHORT_MSG_SIZE`` = 81920, ``MPIR_CVAR_ALLGATHER_LONG_MSG_SIZE`` = 524288).
+  ``MPIR_CVAR_ALLGATHER_SHORT_MSG_SIZE`` = 81920, ``MPIR_CVAR_ALLGATHER_LONG_MSG_SIZE`` = 524288;
+  MPICH 4's ch4 may also follow a JSON tuning file).
 * E. Chan, M. Heimlich, A. Purkayastha, R. van de Geijn, "Collective communication: theory,
   practice, and experience", Concurrency and Computation: Practice and Experience 19:1749–1783, 2007
   — the same α–β–γ model, the ring ("bucket") algorithms for long vectors and the lower bounds.
