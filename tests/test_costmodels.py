@@ -113,3 +113,30 @@ def test_coefficients_are_the_time():
     a, b, c = cm.coefficients("allreduce", 1 << 20, 8)
     assert close(a * A + b * B + c * G, cm.allreduce(1 << 20, 8, A, B, G))
     assert (float(a), float(b), float(c)) == (6.0, 2 * 7 / 8 * (1 << 20), 7 / 8 * (1 << 20))
+
+
+def test_projection_keeps_its_documented_formulas():
+    """``hpcgc project`` computes through these models with fixed algorithms; its numbers are those
+    of docs/projection.md (written out here for P = 4, k = 10 iterations)."""
+    from hpcgc.analysis import projection as proj
+    net = proj.Network("toy", A, 1 / B)
+    P, k = 4, np.array([0, 10])
+
+    def costs(collective, up_bytes, down_bytes=0.0, rounds=1):
+        z = np.zeros(2)
+        return proj.Costs(k, z, z, np.array([0.0, up_bytes]), np.array([0.0, down_bytes]), z, P, True,
+                          collective, rounds)
+
+    # ring Allreduce, PowerSGD's 2 calls per iteration, 8000 B of vectors per rank and iteration
+    up, down = proj.network_time(costs("allreduce", 10 * P * 8000, rounds=2), net)
+    assert up[1] == pytest.approx(10 * 2 * 2 * (P - 1) * A + 2 * (P - 1) / P * 10 * 8000 * B, rel=1e-12)
+    assert down[1] == 0 and up[0] == 0
+    # ring Allgather of the lengths + ring Allgatherv of the payloads: 2 (P − 1) α, (P−1)/P of every byte
+    up, _ = proj.network_time(costs("allgather", 10 * P * 504), net)
+    assert up[1] == pytest.approx(10 * 2 * (P - 1) * A + (P - 1) / P * 10 * P * 504 * B, rel=1e-12)
+    # linear gather: (P − 1) lengths + (P − 1) payloads; binomial Bcast of 808 B: ⌈lg 4⌉ = 2 rounds
+    up, down = proj.network_time(costs("gather", 10 * (P - 1) * 504, 10 * 808), net)
+    assert up[1] == pytest.approx(10 * 2 * (P - 1) * A + 10 * (P - 1) * 504 * B, rel=1e-12)
+    assert down[1] == pytest.approx(10 * 2 * (A + 808 * B), rel=1e-12)
+    up, _ = proj.network_time(costs("gather", 10 * (P - 1) * 504, 10 * 808), net, "tree")
+    assert up[1] == pytest.approx(10 * 2 * 2 * A + 10 * (P - 1) * 504 * B, rel=1e-12)
