@@ -328,3 +328,41 @@ def test_help_explains():
     for word in ("break-even", "Thakur", "--collectives", "--n-max", "assumed"):
         assert word in p.stdout
     assert math.isfinite(be.gbps_to_beta(1.0)) and be.gbps_to_beta(1.0) == pytest.approx(8e-9)
+
+
+def _run(stop_measure="f - f*", tolerance=1e-3, per_iteration=True):
+    grad = np.array([[1e-3, 2e-3], [3e-3, 1e-3], [1e-3, 1e-3]])        # (iterations, ranks) seconds
+    comp = np.full((3, 2), 1e-4)
+    serv = np.array([[5e-4, 0.0], [7e-4, 0.0], [6e-4, 0.0]])
+    series = {"iteration": np.array([0, 3]), "suboptimality": np.array([1.0, 1e-4]),
+              "grad_norm_sq": np.array([4.0, 1e-3])}
+    time = {ph: np.vstack([np.zeros(2), v.sum(axis=0)]) for ph, v in (("grad", grad), ("compress", comp),
+                                                                       ("server", serv))}
+    pi = {"grad": grad, "compress": comp, "server": serv} if per_iteration else {}
+    run = results.Run("r", {"stop_measure": stop_measure}, {}, series, time, {}, pi)
+    from hpcgc.analysis import tables
+    return tables.RunInfo(run, "f.h5", True, False, 2, {"run.tolerance": tolerance})
+
+
+def test_phases_targets_and_common_target():
+    ri = _run()
+    ph = be.compute_phases(ri.run)
+    assert ph["grad"].shape == (3, 2)
+    # gather: median over iterations of max over ranks (grad + compress), median of rank 0's server
+    m = be.measure_run(ri, be.Target("suboptimality", 1e-3))
+    assert m["workers"] == pytest.approx(np.median([2.1e-3, 3.1e-3, 1.1e-3]))
+    assert m["server"] == pytest.approx(6e-4) and m["iterations"] == 3
+    # without per_iteration/: the totals over 3 iterations, one row
+    ph = be.compute_phases(_run(per_iteration=False).run)
+    assert ph["grad"] == pytest.approx(np.array([[5e-3 / 3, 4e-3 / 3]]))
+    # the gradient measure of problems without f*: ‖∇f‖² / ‖∇f(x⁰)‖²
+    g = _run(stop_measure="grad_norm_sq / grad_norm_sq[0]")
+    assert be.target_series(g.run, "grad_ratio") == pytest.approx([1.0, 2.5e-4])
+    assert be.common_target([ri, _run()], None, None) == be.Target("suboptimality", 1e-3)
+    with pytest.raises(be.BreakEvenError, match="no common target"):
+        be.common_target([ri, g], None, None)                        # f − f* and the gradient measure
+    with pytest.raises(be.BreakEvenError, match="no common target"):
+        be.common_target([ri, _run(tolerance=1e-6)], None, None)
+    with pytest.raises(be.BreakEvenError, match="no target"):
+        be.common_target([_run(tolerance=0.0)], None, None)
+    assert be.common_target([ri, _run(tolerance=1e-6)], 1e-2, None) == be.Target("suboptimality", 1e-2)
