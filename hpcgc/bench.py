@@ -57,6 +57,8 @@ commands (each has --help, e.g. `hpcgc report --help`):
   report    figures, tables and a self-contained report.html from results files (docs/analysis.md;
             needs the analysis extra: pip install "hpcgc[analysis]")
   project   the projected time-to-epsilon on other networks (docs/projection.md)
+  breakeven the bandwidth below which each method beats the uncompressed Allreduce, from results
+            files and a collectives file (docs/breakeven.md)
 
 experiment keys (--set section.key=value; values are TOML literals, else strings):
 {keys}
@@ -103,7 +105,7 @@ def build_parser():
                                 epilog=EPILOG.format(keys=schema_help()),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("command", nargs="?", default="run", choices=("run", "list", "validate"), metavar="COMMAND",
-                   help="run (default), list or validate; micro, collectives, report and project come first and "
+                   help="run (default), list or validate; micro, collectives, report, project and breakeven come first and "
                         "take their own options (hpcgc COMMAND --help)")
     p.add_argument("--config", "-c", metavar="FILE.toml", help="experiment file (default: the built-in experiment)")
     p.add_argument("--set", "-s", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
@@ -289,7 +291,7 @@ def _mpi_command(fn) -> int:
 
 
 def _analysis_command(module: str, argv) -> int:
-    """``report`` / ``project``: the analysis commands (need the analysis extra: matplotlib, pandas)."""
+    """``report`` / ``project`` / ``breakeven``: the analysis commands (need the analysis extra: matplotlib, pandas)."""
     import importlib
     try:
         mod = importlib.import_module(f"hpcgc.analysis.{module}")
@@ -302,7 +304,7 @@ def _analysis_command(module: str, argv) -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] in (["report"], ["project"]):
+    if argv[:1] in (["report"], ["project"], ["breakeven"]):
         return _analysis_command(argv[0], argv[1:])
     if argv[:1] == ["micro"]:             # the compressor micro-benchmark has its own options
         from . import micro

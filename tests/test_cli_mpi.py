@@ -203,8 +203,8 @@ def test_one_command_with_every_subcommand():
     v = subprocess.run([sys.executable, "-m", "hpcgc", "--version"], capture_output=True, text=True, cwd=ROOT)
     assert v.returncode == 0 and v.stdout.startswith("hpcgc 0.") and "(git " in v.stdout, v.stdout
     h = subprocess.run([sys.executable, "-m", "hpcgc", "--help"], capture_output=True, text=True, cwd=ROOT)
-    for sub in ("run", "list", "validate", "micro", "collectives", "report", "project"):
+    for sub in ("run", "list", "validate", "micro", "collectives", "report", "project", "breakeven"):
         assert f"\n  {sub} " in h.stdout, sub
-    for sub in ("micro", "report", "project", "validate", "list", "run"):
+    for sub in ("micro", "report", "project", "breakeven", "validate", "list", "run"):
         p = subprocess.run([sys.executable, "-m", "hpcgc", sub, "--help"], capture_output=True, text=True, cwd=ROOT)
         assert p.returncode == 0 and "usage:" in p.stdout, (sub, p.stderr)

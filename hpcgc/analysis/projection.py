@@ -26,7 +26,10 @@ structure; compute is then the max over ranks of (grad + compress + server), as 
                receives the other ranks' payloads: (P−1)/P × the bytes of all ranks, per rank
 
 Compute and communication do not overlap (the collectives are blocking, as in hpcgc's transport).
-The model, its parameters and its limits are in ``docs/projection.md``.
+The formulas are those of :mod:`hpcgc.analysis.costmodels` (sources there and in
+``docs/cost-models.md``) with fixed algorithms; the model, its parameters and its limits are in
+``docs/projection.md``. :mod:`hpcgc.analysis.breakeven` uses the same formulas with MPICH's
+size-dependent algorithm selection.
 
     hpcgc project RESULTS... [--eps 1e-8] [--network 1 10 100] [--latency-us A]   (hpcgc.analysis.project)
 """
@@ -37,7 +40,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import costmodels
+
 LENGTH_BYTES = 4          # hpcgc's Gather of one int32 length per rank and iteration
+GATHER_MODELS = {"linear": "linear", "tree": "binomial"}   # --gather → costmodels algorithm
 
 
 @dataclass(frozen=True)
@@ -86,12 +92,13 @@ def network(spec: str, latency_us: float | None = None) -> Network:
 
 def gather_time(sizes, net: Network) -> float:
     """Linear gather at the root: the root receives the messages one after the other."""
-    return float(sum(net.message(b) for b in sizes))
+    sizes = np.asarray(sizes, dtype=float)
+    return float(costmodels.gatherv(sizes.sum(), sizes.size + 1, net.latency, 1.0 / net.bandwidth, "linear"))
 
 
 def bcast_time(nbytes: float, ranks: int, net: Network) -> float:
     """Binomial-tree broadcast: ⌈log₂ P⌉ rounds, each one message of the whole buffer."""
-    return rounds(ranks) * float(net.message(nbytes)) if ranks > 1 else 0.0
+    return float(costmodels.bcast(nbytes, ranks, net.latency, 1.0 / net.bandwidth, "binomial"))
 
 
 def rounds(ranks: int) -> int:
@@ -156,23 +163,38 @@ def costs(run) -> Costs:
 
 
 def network_time(c: Costs, net: Network, gather: str = "linear") -> tuple[np.ndarray, np.ndarray]:
-    """Cumulative modelled (uplink, downlink) seconds at each row."""
+    """Cumulative modelled (uplink, downlink) seconds at each row, from :mod:`costmodels`.
+
+    Each model is affine in the message size for a fixed algorithm, so k iterations cost k times
+    the model at the mean size per iteration (cumulative bytes / k). The algorithms are fixed (not
+    MPICH's size-dependent ``auto``): Gather and Gatherv ``linear`` (or ``binomial`` with
+    ``gather="tree"``), binomial Bcast, ring Allreduce, ring Allgather(v)."""
     P = c.ranks
+    a, b = net.latency, 1.0 / net.bandwidth
+    k = np.asarray(c.iterations, dtype=float)
+
+    def per(total, calls):             # mean bytes per call (0 where no call was made)
+        return np.divide(total, calls, out=np.zeros_like(k), where=calls > 0)
+
+    zero = np.zeros_like(k)
+    if P <= 1:
+        return zero, zero.copy()
     if c.collective == "allreduce":      # up_bytes: every rank's vectors; each rank handed 1/P of them
-        up = c.iterations * c.exchange_rounds * 2 * (P - 1) * net.latency \
-            + 2 * (P - 1) / P * (c.up_bytes / P) / net.bandwidth
-        return np.where(P > 1, up, 0.0), np.zeros_like(up)
-    if c.collective == "allgather":      # every rank receives the others' lengths and payloads
-        up = c.iterations * 2 * (P - 1) * net.latency + (P - 1) / P * c.up_bytes / net.bandwidth
-        return np.where(P > 1, up, 0.0), np.zeros_like(up)
-    if gather == "linear":
-        up = c.up_messages * net.latency + c.up_bytes / net.bandwidth
-    elif gather == "tree":
-        up = c.iterations * 2 * rounds(c.ranks) * net.latency + c.up_bytes / net.bandwidth
-    else:
+        calls = k * c.exchange_rounds
+        return calls * costmodels.allreduce(per(c.up_bytes / P, calls), P, a, b, algorithm="ring"), zero
+    if c.collective == "allgather":      # Allgather of the 4-byte lengths, Allgatherv of the payloads
+        block = np.maximum(per(c.up_bytes / P, k) - LENGTH_BYTES, 0.0)
+        up = k * (costmodels.allgather(LENGTH_BYTES, P, a, b, algorithm="ring")
+                  + costmodels.allgather(block, P, a, b, algorithm="ring"))
+        return up, zero
+    if gather not in GATHER_MODELS:
         raise ValueError(f"gather model {gather!r}: expected linear or tree")
-    up = np.where(c.ranks > 1, up, 0.0)
-    down = rounds(c.ranks) * (c.iterations * c.down_bcasts * net.latency + c.down_bytes / net.bandwidth)
+    alg = GATHER_MODELS[gather]
+    payload_in = np.maximum(per(c.up_bytes, k) - LENGTH_BYTES * (P - 1), 0.0)   # into the root, per iteration
+    up = k * (costmodels.gather(LENGTH_BYTES, P, a, b, algorithm=alg)
+              + costmodels.gatherv(payload_in, P, a, b, algorithm=alg))
+    bcasts = k * c.down_bcasts
+    down = bcasts * costmodels.bcast(per(c.down_bytes, bcasts), P, a, b, algorithm="binomial")
     return up, down
 
 

@@ -1,0 +1,602 @@
+"""``hpcgc breakeven``: below which bandwidth does a method beat the uncompressed Allreduce?
+
+For every method of an experiment (algorithm × compressor × collective) the time to reach the
+experiment's target on a network of latency α and inverse bandwidth β, with ``n`` processes, is
+
+    T(α, β, n) = K · ( c(n) + a(n)·α + b(n)·β + g(n)·γ )
+
+- K: the iterations the run needed to reach the target (mean over seeds; assumed independent of n);
+- c(n): the measured compute per iteration — medians over iterations of the max over workers of
+  grad + compress, plus the server phase (decode, aggregate, step: at the root under ``gather``,
+  on every rank otherwise), the server phase scaled by n / n_run under ``gather`` and ``allgather``
+  (it decodes one message per worker) and constant under ``allreduce``;
+- a, b, g: the coefficients of the collectives the run issues per iteration, with the run's message
+  sizes (bytes each worker handed to MPI, from the transport's ledger), in MPICH's algorithms
+  (:mod:`hpcgc.analysis.costmodels`, Thakur, Rabenseifner & Gropp 2005):
+
+  ``gather``    MPI_Gather of the 4-byte lengths + MPI_Gatherv of (n − 1) payloads into the root,
+                then MPI_Bcast of the iterate (a compressed downlink: an 8-byte header + the payload)
+  ``allreduce`` ``exchange_rounds`` MPI_Allreduce calls of the worker's vectors (PowerSGD: 2)
+  ``allgather`` MPI_Allgather of the lengths + MPI_Allgatherv of the payloads.
+
+T is affine in β for fixed n, so a method m beats the baseline b (identity under
+``run.collective = "allreduce"``) where ΔP + ΔQ·β < 0, with P = K(c + aα + gγ), Q = K·b: the
+**break-even bandwidth** 1/β* with β* = ΔP / (−ΔQ) is exact, not read off a grid
+(:func:`break_even`). α comes from a ``bench collectives`` file (each collective's fitted latency
+divided by its model's latency coefficient at the file's rank count; the median over collectives)
+or ``--latency-us``. Documented in ``docs/breakeven.md``; the formulas in ``docs/cost-models.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import costmodels as cm
+from . import tables
+from .projection import LENGTH_BYTES, first_reached
+
+COMPUTE_PHASES = ("grad", "compress", "server")
+HEADER_BYTES = 8                 # a compressed downlink's first Bcast (length, control word)
+N_REFERENCE = 128                # the table's second rank count
+BITS = 8e9                       # Gb/s → bytes/s: × 1e9 / 8
+
+
+class BreakEvenError(tables.AnalysisError):
+    """Bad input for the break-even report (exit 2)."""
+
+
+def gbps_to_beta(gbps):
+    """Inverse bandwidth β (seconds per byte) of a link of ``gbps`` Gb/s."""
+    return 8.0 / (np.asarray(gbps, dtype=float) * 1e9)
+
+
+def beta_to_gbps(beta):
+    return 8.0 / (np.asarray(beta, dtype=float) * 1e9)
+
+
+# -- what a run measured ---------------------------------------------------------------------------
+def compute_phases(run) -> dict:
+    """Per-iteration, per-rank seconds of the compute phases ``grad``, ``compress``, ``server`` —
+    the one place the break-even report reads phase times (``per_iteration/``; without it, one row
+    of the cumulative totals / iterations). Keys other than these phases are ignored."""
+    pi = run.per_iteration
+    if pi and all(ph in pi for ph in COMPUTE_PHASES) and len(pi["grad"]):
+        return {ph: np.asarray(pi[ph], dtype=float) for ph in COMPUTE_PHASES}
+    k = max(int(run.series["iteration"][-1]), 1)
+    P = int(run.time["iter"].shape[1]) if "iter" in run.time else 1
+    return {ph: (np.asarray(run.time[ph], dtype=float)[-1:] / k if ph in run.time else np.zeros((1, P)))
+            for ph in COMPUTE_PHASES}
+
+
+def target_series(run, metric: str) -> np.ndarray:
+    """The series compared with the target: ``suboptimality`` (f − f*) or ``grad_ratio``
+    (‖∇f(x^k)‖² / ‖∇f(x⁰)‖², the measure of runs without f*)."""
+    if metric == "grad_ratio":
+        g = np.asarray(run.series.get("grad_norm_sq", []), dtype=float)
+        return g / g[0] if g.size and g[0] > 0 else np.full(g.shape, np.nan)
+    return np.asarray(run.series.get(metric, []), dtype=float)
+
+
+def run_metric(run) -> str:
+    return "suboptimality" if str(run.attrs.get("stop_measure", "f - f*")).startswith("f - f*") else "grad_ratio"
+
+
+@dataclass(frozen=True)
+class Target:
+    metric: str
+    eps: float
+
+    def describe(self) -> str:
+        what = "f − f*" if self.metric == "suboptimality" else "‖∇f‖²/‖∇f(x⁰)‖²"
+        return f"{what} ≤ {self.eps:g}"
+
+
+def common_target(runs, eps: float | None, metric: str | None) -> Target:
+    """The experiment's target: ``run.tolerance`` on its stop measure, the same for every run (or
+    ``eps``/``metric`` given); a clear error when the runs have none in common."""
+    metrics = {run_metric(ri.run): ri for ri in runs}
+    if metric is None:
+        if len(metrics) > 1:
+            a, b = list(metrics.values())[:2]
+            raise BreakEvenError(f"the runs have no common target: {a.run.run_id} ({a.path}) measures "
+                                 f"{a.attrs.get('stop_measure')!r}, {b.run.run_id} ({b.path}) "
+                                 f"{b.attrs.get('stop_measure')!r}; compare runs of one problem kind")
+        metric = next(iter(metrics))
+    if eps is None:
+        tols = {}
+        for ri in runs:
+            tols.setdefault(float(ri.flat.get("run.tolerance", 0.0) or 0.0), ri)
+        if len(tols) > 1:
+            shown = "; ".join(f"{ri.run.run_id} in {ri.path}: {t:g}" for t, ri in list(tols.items())[:3])
+            raise BreakEvenError(f"the runs have no common target: run.tolerance differs ({shown}); "
+                                 f"choose one with --eps")
+        eps = next(iter(tols))
+        if eps <= 0:
+            raise BreakEvenError("the runs have no target (run.tolerance = 0: they ran a fixed number of "
+                                 "iterations); choose one with --eps")
+    if not (math.isfinite(eps) and eps > 0):
+        raise BreakEvenError(f"--eps {eps!r}: the target must be a finite number > 0")
+    return Target(metric, float(eps))
+
+
+@dataclass
+class MethodModel:
+    """One method's measured quantities per iteration, and its modelled time to target."""
+    label: str
+    panel: tuple
+    ranks: int                 # the run's n (MPI processes)
+    collective: str
+    iterations: float          # to target, mean over seeds (NaN: some seed never reached it)
+    reached: str               # "seeds reached / seeds"
+    workers: float             # seconds per iteration: median of max over workers of grad + compress
+    server: float              # seconds per iteration: median of the server phase at the run's n
+    up_bytes: float            # bytes per worker per iteration handed to MPI on the uplink
+    down_bytes: float = 0.0    # bytes broadcast per iteration (Bcast buffers, once each)
+    rounds: int = 1            # MPI_Allreduce calls per iteration
+    down_bcasts: int = 1       # Bcasts per iteration (2 with a compressed downlink)
+    baseline: bool = False
+    runs: list = field(default_factory=list, repr=False)
+
+    def compute(self, n) -> np.ndarray:
+        """Compute seconds per iteration at n processes (the server's decoding ∝ n, except Allreduce)."""
+        n = np.asarray(n, dtype=float)
+        scale = 1.0 if self.collective == "allreduce" else n / self.ranks
+        return self.workers + self.server * scale
+
+    def coefficients(self, n):
+        """(a, b, g) per iteration: communication = a·α + b·β + g·γ at n processes."""
+        return exchange_coefficients(self.collective, self.up_bytes, self.down_bytes, n,
+                                     self.rounds, self.down_bcasts)
+
+    def affine(self, n, alpha: float, gamma: float = 0.0):
+        """(P, Q) with time to target T = P + Q·β at n processes."""
+        a, b, g = self.coefficients(n)
+        return self.iterations * (self.compute(n) + a * alpha + g * gamma), self.iterations * b
+
+    def time(self, n, alpha: float, beta, gamma: float = 0.0) -> np.ndarray:
+        """Modelled seconds to target at n processes, latency α (s), inverse bandwidth β (s/B)."""
+        p, q = self.affine(n, alpha, gamma)
+        return p + q * np.asarray(beta, dtype=float)
+
+
+def _add(*terms):
+    return tuple(sum(x) for x in zip(*terms))
+
+
+def op_coefficients(op: str, nbytes, n):
+    """(a, b, g) of one operation as hpcgc issues it (and ``bench collectives`` measures it), with
+    ``nbytes`` the bytes per rank: ``gather`` = MPI_Gather of the 4-byte lengths + MPI_Gatherv of
+    (n − 1) payloads of ``nbytes``; ``allgather`` = MPI_Allgather of the lengths + MPI_Allgatherv;
+    ``bcast``, ``allreduce`` = the one call. MPICH's algorithm selection (``auto``)."""
+    nbytes = np.asarray(nbytes, dtype=float)
+    n = np.asarray(n)
+    if op == "gather":
+        return _add(cm.coefficients("gather", LENGTH_BYTES, n), cm.coefficients("gatherv", (n - 1) * nbytes, n))
+    if op == "allgather":
+        return _add(cm.coefficients("allgather", LENGTH_BYTES, n), cm.coefficients("allgather", nbytes, n))
+    if op in ("bcast", "allreduce"):
+        return cm.coefficients(op, nbytes, n)
+    raise ValueError(f"unknown operation {op!r}")
+
+
+def exchange_coefficients(collective: str, up_bytes, down_bytes, n, rounds: int = 1, down_bcasts: int = 1):
+    """(a, b, g) of one iteration of a run under ``collective`` at n processes; ``up_bytes``: what
+    each worker hands to MPI per iteration (under gather/allgather the 4-byte length word included),
+    ``down_bytes``: the Bcast buffers of the iteration."""
+    if collective == "allreduce":
+        a, b, g = cm.coefficients("allreduce", np.asarray(up_bytes, float) / rounds, n)
+        return a * rounds, b * rounds, g * rounds
+    payload = max(float(up_bytes) - LENGTH_BYTES, 0.0)
+    if collective == "allgather":
+        return op_coefficients("allgather", payload, n)
+    if collective != "gather":
+        raise ValueError(f"unknown collective {collective!r}")
+    up = op_coefficients("gather", payload, n)
+    if down_bcasts == 1:
+        down = cm.coefficients("bcast", down_bytes, n)
+    else:                               # header, then the payload
+        down = _add(cm.coefficients("bcast", HEADER_BYTES, n),
+                    cm.coefficients("bcast", max(float(down_bytes) - HEADER_BYTES, 0.0), n))
+    return _add(up, down)
+
+
+def _median(v) -> float:
+    v = np.asarray(v, dtype=float)
+    v = v[np.isfinite(v)]
+    return float(np.median(v)) if v.size else 0.0
+
+
+def measure_run(ri, target: Target) -> dict:
+    """One run's iterations to target, compute medians and bytes per iteration."""
+    r = ri.run
+    collective = r.attrs.get("collective", "gather")
+    ph = compute_phases(r)
+    workers = _median(np.max(ph["grad"] + ph["compress"], axis=1))
+    server = _median(ph["server"][:, 0] if collective == "gather" else np.max(ph["server"], axis=1))
+    it = np.asarray(r.series["iteration"])
+    k = max(int(it[-1]), 1)
+    wire = np.asarray(r.series.get("bits_up_wire", np.zeros((len(it), 1))), dtype=float)
+    crossed = np.asarray(r.workers.get("crossed_network", []), dtype=bool)
+    if crossed.size != wire.shape[1] or not crossed.any():
+        crossed = np.ones(wire.shape[1], dtype=bool)
+    up = float(wire[-1, crossed].mean() / 8 / k) if wire.size else 0.0
+    down = float(np.asarray(r.series.get("bits_down_wire", [0.0]), dtype=float)[-1] / 8 / k)
+    t = first_reached(target_series(r, target.metric), target.eps)
+    return {"iterations": float(it[t]) if t is not None else float("nan"), "workers": workers,
+            "server": server, "up": up, "down": down, "collective": collective,
+            "rounds": int(r.attrs.get("exchange_rounds", 1)),
+            "down_bcasts": 1 if r.attrs.get("downlink", "dense") == "dense" else 2}
+
+
+def is_baseline(ri) -> bool:
+    """The uncompressed Allreduce: identity under ``run.collective = "allreduce"``."""
+    comp = str(ri.attrs.get("compressor_name") or ri.attrs.get("compressor", ""))
+    return ri.attrs.get("collective", "gather") == "allreduce" and comp.split(":")[0] == "identity"
+
+
+def _label(label: str) -> str:
+    """The method's label without the ``collective=...`` that :func:`tables.methods` adds (the
+    collective is a column of its own here)."""
+    label = re.sub(r"(?<=[(, ])collective=[a-z]+(, )?", "", label)
+    return re.sub(r"\s*\((, )?\)|, \)", lambda mt: "" if "(" in mt.group(0) else ")", label).strip()
+
+
+def method_models(coll, target: Target) -> list[MethodModel]:
+    out = []
+    for m in tables.methods(coll):
+        per = [measure_run(ri, target) for ri in m.runs]
+        its = [p["iterations"] for p in per]
+        reached = sum(1 for v in its if math.isfinite(v))
+        mean = {key: float(np.mean([p[key] for p in per])) for key in ("workers", "server", "up", "down")}
+        out.append(MethodModel(
+            label=_label(m.label), panel=m.panel, ranks=m.ranks, collective=per[0]["collective"],
+            iterations=float(np.mean(its)) if reached == len(its) else float("nan"),
+            reached=f"{reached}/{len(its)}", workers=mean["workers"], server=mean["server"],
+            up_bytes=mean["up"], down_bytes=mean["down"], rounds=per[0]["rounds"],
+            down_bcasts=per[0]["down_bcasts"], baseline=is_baseline(m.runs[0]), runs=m.runs))
+    seen: dict = {}
+    for mm in out:
+        seen.setdefault((mm.panel, mm.label), []).append(mm)
+    for same in seen.values():           # methods that differ only by their collective
+        if len(same) > 1:
+            for mm in same:
+                mm.label += f" via {mm.collective}"
+    return out
+
+
+# -- the break-even bandwidth ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class BreakEven:
+    """Where method m beats the baseline: ``kind`` is ``below`` (bandwidths below ``gbps``),
+    ``above`` (above it), ``always``, ``never``, ``baseline`` or ``unreached``."""
+    kind: str
+    gbps: float = float("nan")
+
+    def text(self, lo: float | None = None, hi: float | None = None) -> str:
+        if self.kind in ("below", "above"):
+            s = f"{self.kind} {self.gbps:.3g} Gb/s"
+            if lo is not None and hi is not None and not lo <= self.gbps <= hi:
+                s += " (outside the sweep)"
+            return s
+        return {"unreached": "target not reached"}.get(self.kind, self.kind)
+
+
+def break_even(pm: float, qm: float, pb: float, qb: float) -> BreakEven:
+    """From T_m = pm + qm·β and T_b = pb + qb·β (β > 0: seconds per byte): where T_m < T_b.
+
+    ΔP = pm − pb, ΔQ = qm − qb. ΔQ < 0 (m moves fewer bytes): m wins for β > ΔP/(−ΔQ), i.e. below
+    the bandwidth (−ΔQ)/ΔP, and at every bandwidth when ΔP ≤ 0. ΔQ > 0: m wins only above the
+    bandwidth ΔQ/(−ΔP), when ΔP < 0. ΔQ = 0: everywhere or nowhere."""
+    if not all(math.isfinite(v) for v in (pm, qm)):
+        return BreakEven("unreached")
+    dp, dq = pm - pb, qm - qb
+    if dq < 0:
+        return BreakEven("always") if dp <= 0 else BreakEven("below", float(beta_to_gbps(dp / -dq)))
+    if dq > 0:
+        return BreakEven("above", float(beta_to_gbps(-dp / dq))) if dp < 0 else BreakEven("never")
+    return BreakEven("always") if dp < 0 else BreakEven("never")
+
+
+def method_break_even(m: MethodModel, base: MethodModel, n: int, alpha: float, gamma: float = 0.0) -> BreakEven:
+    if m is base:
+        return BreakEven("baseline")
+    pm, qm = m.affine(n, alpha, gamma)
+    pb, qb = base.affine(n, alpha, gamma)
+    return break_even(float(pm), float(qm), float(pb), float(qb))
+
+
+# -- α from a collectives file ---------------------------------------------------------------------
+@dataclass
+class Latency:
+    alpha: float                      # seconds, point to point
+    source: str
+    machine_gbps: float = float("nan")  # the file's point-to-point bandwidth estimate (median)
+    ranks: int | None = None
+    notes: list = field(default_factory=list)
+
+
+def latency_from_collectives(path) -> Latency:
+    """Point-to-point α (and bandwidth) from each collective's fit t(s) = α_c + β_c·s in a ``bench
+    collectives`` file: α = α_c / a(0, n_file), β = β_c / (∂b/∂s at the largest size), a, b the model's
+    coefficients of that operation (:func:`op_coefficients`); the median over collectives."""
+    from hpcgc import results
+    try:
+        res = results.load_collectives(path)
+    except (results.ResultsFormatError, OSError) as exc:
+        raise BreakEvenError(f"--collectives {path}: {exc}") from None
+    n = int(res.attrs.get("world_size", 0) or 0)
+    if n < 2:
+        raise BreakEvenError(f"--collectives {path}: measured on {n} rank(s); the fit needs at least 2")
+    alphas, betas, notes = {}, {}, []
+    for op, tb in res.items():
+        a0 = float(op_coefficients(op, 0.0, n)[0])
+        s = float(np.max(tb.size))
+        slope = float(op_coefficients(op, s, n)[1] - op_coefficients(op, 0.0, n)[1]) / s
+        if math.isfinite(tb.alpha) and tb.alpha > 0 and a0 > 0:
+            alphas[op] = tb.alpha / a0
+        else:
+            notes.append(f"{path}: {op}: fitted α = {tb.alpha!r} s is not > 0; not used for α")
+        if math.isfinite(tb.beta) and tb.beta > 0 and slope > 0:
+            betas[op] = tb.beta / slope
+    if not alphas:
+        raise BreakEvenError(f"--collectives {path}: no collective has a latency α > 0 (fitted: " +
+                             ", ".join(f"{op} {tb.alpha:g} s" for op, tb in res.items()) +
+                             "); measure again or give --latency-us")
+    alpha = float(np.median(list(alphas.values())))
+    src = (f"{path} (n = {n}): median of " +
+           ", ".join(f"{op} {a * 1e6:.3g} µs" for op, a in alphas.items()))
+    gb = float(beta_to_gbps(np.median(list(betas.values())))) if betas else float("nan")
+    return Latency(alpha, src, gb, n, notes)
+
+
+# -- the report ------------------------------------------------------------------------------------
+COLUMNS = ("panel", "method", "collective", "ranks", "reached", "iterations_to_target", "compute_ms_per_iter",
+           "up_bytes_per_worker_iter", "down_bytes_per_iter", "break_even_run_n", "break_even_gbps_run_n",
+           "break_even_n128", "break_even_gbps_n128", "time_s_at_1Gbps", "time_s_at_100Gbps")
+MD_COLUMNS = ("method", "collective", "ranks", "iterations_to_target", "compute_ms_per_iter",
+              "up_bytes_per_worker_iter", "break_even_run_n", "break_even_n128", "time_s_at_1Gbps",
+              "time_s_at_100Gbps")
+
+
+@dataclass
+class Report:
+    target: Target
+    latency: Latency
+    gbps: np.ndarray
+    ns: list
+    gamma: float
+    panels: dict                      # panel -> (baseline, [models])
+    rows: list = field(default_factory=list)
+    n_rows: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+
+def bandwidth_sweep(lo: float, hi: float, points: int) -> np.ndarray:
+    for name, v in (("minimum", lo), ("maximum", hi)):
+        if not (math.isfinite(v) and v > 0):
+            raise BreakEvenError(f"--bandwidth {name} {v!r} Gb/s: a bandwidth must be finite and > 0 "
+                                 "(β = 1/bandwidth must be finite and > 0)")
+    if points < 1 or lo > hi:
+        raise BreakEvenError(f"--bandwidth {lo:g} {hi:g} with --points {points}: the sweep has no valid point "
+                             "(need minimum <= maximum and at least one point)")
+    return np.geomspace(lo, hi, points) if points > 1 and hi > lo else np.array([lo])
+
+
+def build(results, latency: Latency, gbps, n_max: int = 1024, eps=None, metric=None, gamma: float = 0.0) -> Report:
+    if not (math.isfinite(latency.alpha) and latency.alpha > 0):
+        raise BreakEvenError(f"latency α = {latency.alpha!r} s: it must be finite and > 0")
+    if not (math.isfinite(gamma) and gamma >= 0):
+        raise BreakEvenError(f"γ = {gamma!r} s/B: it must be finite and >= 0")
+    if n_max < 2:
+        raise BreakEvenError(f"--n-max {n_max}: the rank sweep needs n_max >= 2")
+    coll = tables.collect(results, strict=False)
+    target = common_target(coll.runs, eps, metric)
+    models = method_models(coll, target)
+    panels: dict = {}
+    for m in models:
+        panels.setdefault(m.panel, []).append(m)
+    rep = Report(target, latency, np.asarray(gbps, float), [], gamma, {}, notes=list(coll.notes) + latency.notes)
+    powers = [2 ** i for i in range(1, int(math.log2(n_max)) + 1)]
+    for panel, ms in panels.items():
+        bases = [m for m in ms if m.baseline]
+        title = tables.panel_title(panel)
+        if not bases:
+            raise BreakEvenError(
+                f"no uncompressed Allreduce baseline among the runs of {title}: add a run with "
+                f'run.collective = "allreduce" and run.compressor = "identity" (e.g. a [[variant]] with '
+                f'run.algorithm = "dcgd", or --set run.collective=allreduce --set run.compressor=identity) '
+                f"to the experiment, at the same rank count")
+        reached = [b for b in bases if math.isfinite(b.iterations)]
+        if not reached:
+            raise BreakEvenError(f"the uncompressed Allreduce baseline of {title} ({bases[0].label}) never reaches "
+                                 f"{target.describe()}; choose a target it reaches with --eps")
+        base = min(reached, key=lambda b: b.iterations)
+        rep.panels[panel] = (base, ms)
+        if latency.ranks and latency.ranks != base.ranks:
+            rep.notes.append(f"warning: the collectives file was measured at n = {latency.ranks}, the runs of "
+                             f"{title} at n = {base.ranks}; using α = {latency.alpha * 1e6:.3g} µs derived from "
+                             f"the n = {latency.ranks} measurements (through the cost models) for every n")
+        ns = sorted({*powers, base.ranks})
+        for m in ms:
+            be_run = method_break_even(m, base, m.ranks, latency.alpha, gamma)
+            be_128 = method_break_even(m, base, N_REFERENCE, latency.alpha, gamma)
+            t1, t100 = (float(m.time(m.ranks, latency.alpha, gbps_to_beta(g), gamma)) for g in (1, 100))
+            rep.rows.append({
+                "panel": title, "method": m.label + (" [baseline]" if m is base else ""),
+                "collective": m.collective, "ranks": m.ranks, "reached": m.reached,
+                "iterations_to_target": m.iterations,
+                "compute_ms_per_iter": 1e3 * float(m.compute(m.ranks)),
+                "up_bytes_per_worker_iter": m.up_bytes, "down_bytes_per_iter": m.down_bytes,
+                "break_even_run_n": be_run.text(gbps[0], gbps[-1]), "break_even_gbps_run_n": be_run.gbps,
+                "break_even_n128": be_128.text(gbps[0], gbps[-1]), "break_even_gbps_n128": be_128.gbps,
+                "time_s_at_1Gbps": t1, "time_s_at_100Gbps": t100})
+            for n in ns:
+                be = method_break_even(m, base, n, latency.alpha, gamma)
+                rep.n_rows.append({"panel": title, "method": m.label, "collective": m.collective, "n": n,
+                                   "break_even": be.kind, "break_even_gbps": be.gbps})
+        rep.ns = ns
+    return rep
+
+
+def _slug(panel) -> str:
+    return tables.panel_slug(panel)
+
+
+def figures(rep: Report, out: Path) -> list[Path]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    beta = gbps_to_beta(rep.gbps)
+    for panel, (base, ms) in rep.panels.items():
+        ns = [base.ranks] + ([N_REFERENCE] if N_REFERENCE != base.ranks else [])
+        fig, axes = plt.subplots(1, len(ns), figsize=(6.2 * len(ns), 4.6), squeeze=False)
+        for ax, n in zip(axes[0], ns):
+            for m in ms:
+                if not math.isfinite(m.iterations):
+                    continue
+                t = m.time(n, rep.latency.alpha, beta, rep.gamma)
+                if m is base:
+                    ax.plot(rep.gbps, t, color="black", lw=2.6, ls="--", label=f"{m.label} (baseline)", zorder=5)
+                else:
+                    ax.plot(rep.gbps, t, lw=1.6, label=m.label)
+            if math.isfinite(rep.latency.machine_gbps) and rep.gbps[0] <= rep.latency.machine_gbps <= rep.gbps[-1]:
+                ax.axvline(rep.latency.machine_gbps, color="grey", lw=0.8, ls=":")
+                ax.text(rep.latency.machine_gbps, 0.98, " this machine (collectives file)", rotation=90, va="top",
+                        fontsize=7, color="grey", transform=ax.get_xaxis_transform())
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("link bandwidth (Gb/s)")
+            ax.set_ylabel(f"modelled time to {rep.target.describe()} (s)")
+            ax.set_title(f"n = {n}" + (" (as run)" if n == base.ranks else " (projected)") +
+                         f", α = {rep.latency.alpha * 1e6:.3g} µs", fontsize=9)
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0][0].legend(fontsize=7)
+        fig.suptitle(tables.panel_title(panel), fontsize=9)
+        fig.tight_layout()
+        p = out / f"breakeven-{_slug(panel)}.png"
+        fig.savefig(p, dpi=130)
+        plt.close(fig)
+        written.append(p)
+        # break-even bandwidth against n
+        fig, ax = plt.subplots(figsize=(6.2, 4.6))
+        for m in ms:
+            if m is base:
+                continue
+            pts = [(r["n"], r["break_even_gbps"]) for r in rep.n_rows
+                   if r["panel"] == tables.panel_title(panel) and r["method"] == m.label and r["break_even"] == "below"]
+            if pts:
+                x, y = zip(*pts)
+                ax.plot(x, y, marker="o", ms=3, label=m.label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("processes n")
+        ax.set_ylabel("break-even bandwidth (Gb/s): the method wins below it")
+        ax.set_title(f"against the uncompressed Allreduce, α = {rep.latency.alpha * 1e6:.3g} µs", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        p = out / f"breakeven-n-{_slug(panel)}.png"
+        fig.savefig(p, dpi=130)
+        plt.close(fig)
+        written.append(p)
+    return written
+
+
+def markdown(rep: Report) -> str:
+    head = (f"Break-even against the uncompressed Allreduce: time to {rep.target.describe()}, "
+            f"α = {rep.latency.alpha * 1e6:.3g} µs ({rep.latency.source}), bandwidth swept "
+            f"{rep.gbps[0]:g}–{rep.gbps[-1]:g} Gb/s; break-even = the bandwidth below which the method is faster")
+    return tables.markdown_table(rep.rows, MD_COLUMNS, title=head)
+
+
+# -- command line ------------------------------------------------------------------------------------
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="hpcgc breakeven",
+        description="For every method of an experiment (algorithm × compressor × collective): the modelled "
+                    "time to the experiment's target against the link bandwidth, and the break-even bandwidth "
+                    "below which the method beats the uncompressed Allreduce (identity under "
+                    "run.collective = \"allreduce\"), at the runs' rank count and at n = 128. The model: the "
+                    "runs' measured compute per iteration (medians) and iterations to target, and MPICH's "
+                    "collective algorithms (Thakur, Rabenseifner & Gropp 2005) with the runs' message sizes "
+                    "and the latency α of a `bench collectives` file. docs/breakeven.md, docs/cost-models.md.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="outputs (in -o DIR): breakeven.md and breakeven.csv (one row per method), breakeven-n.csv (the\n"
+               "break-even bandwidth for n = 2, 4, ... n-max), breakeven-<panel>.png (time to target against\n"
+               "bandwidth, the baseline dashed black) and breakeven-n-<panel>.png (break-even against n).\n\n"
+               "assumed: iterations to target do not change with n; compute per worker does not change with n\n"
+               "(the server's decoding grows ∝ n under gather and allgather); no contention, no overlap.\n\n"
+               "example:\n"
+               "  mpiexec -n 4 hpcgc collectives --max-size 64M -o coll.h5\n"
+               "  hpcgc breakeven results/does-it-pay.h5 --collectives coll.h5 -o breakeven/\n\n"
+               "exit status 2 on bad input (α or β not finite and > 0, an empty sweep, no common target,\n"
+               "no uncompressed Allreduce baseline).")
+    p.add_argument("results", nargs="+", help="results files (.h5, .h5.partial) and/or directories of them")
+    p.add_argument("--collectives", metavar="COLL.h5",
+                   help="a `hpcgc collectives` file: α (point to point) = each collective's fitted latency "
+                        "divided by its model's latency term, median over the collectives (required unless "
+                        "--latency-us)")
+    p.add_argument("--latency-us", type=float, default=None, metavar="A",
+                   help="α in microseconds (overrides the collectives file's)")
+    p.add_argument("--bandwidth", type=float, nargs=2, default=(0.1, 400.0), metavar=("MIN", "MAX"),
+                   help="bandwidth sweep in Gb/s (default 0.1 400)")
+    p.add_argument("--points", type=int, default=200, help="points of the sweep, log-spaced (default 200)")
+    p.add_argument("--n-max", type=int, default=1024, help="largest rank count of the n sweep (default 1024)")
+    p.add_argument("--eps", type=float, default=None,
+                   help="target (default: the runs' common run.tolerance on their stop measure)")
+    p.add_argument("--metric", choices=("suboptimality", "grad_ratio"), default=None,
+                   help="target measure: f − f*, or ‖∇f‖²/‖∇f(x⁰)‖² (default: the runs' stop measure)")
+    p.add_argument("--gamma-ns", type=float, default=0.0,
+                   help="γ, reduction time per byte in ns, for MPI_Allreduce (default 0: not modelled)")
+    p.add_argument("-o", "--out", metavar="DIR", default="breakeven",
+                   help="output directory (default ./breakeven)")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        gbps = bandwidth_sweep(args.bandwidth[0], args.bandwidth[1], args.points)
+        if args.latency_us is not None:
+            if not (math.isfinite(args.latency_us) and args.latency_us > 0):
+                raise BreakEvenError(f"--latency-us {args.latency_us!r}: α must be finite and > 0")
+            latency = Latency(args.latency_us * 1e-6, "--latency-us")
+            if args.collectives:
+                other = latency_from_collectives(args.collectives)
+                latency.machine_gbps, latency.ranks = other.machine_gbps, other.ranks
+        elif args.collectives:
+            latency = latency_from_collectives(args.collectives)
+        else:
+            raise BreakEvenError("give --collectives COLL.h5 (measured with `mpiexec -n N hpcgc collectives`) "
+                                 "or --latency-us")
+        rep = build(args.results, latency, gbps, args.n_max, args.eps, args.metric, args.gamma_ns * 1e-9)
+    except tables.AnalysisError as exc:
+        print(f"hpcgc: error: breakeven: {exc}", file=sys.stderr)
+        return 2
+    for note in rep.notes:
+        print(f"# {note}" if note.startswith("warning") else f"# note: {note}", file=sys.stderr)
+    md = markdown(rep)
+    print(md)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tables.write_csv(out / "breakeven.csv", rep.rows, COLUMNS)
+    tables.write_csv(out / "breakeven-n.csv", rep.n_rows, ("panel", "method", "collective", "n", "break_even",
+                                                           "break_even_gbps"))
+    (out / "breakeven.md").write_text(md + "\n")
+    figs = figures(rep, out)
+    print(f"# wrote {out / 'breakeven.md'}, {out / 'breakeven.csv'}, {out / 'breakeven-n.csv'}, "
+          + ", ".join(str(f) for f in figs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

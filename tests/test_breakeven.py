@@ -1,0 +1,368 @@
+"""The break-even report: hand-computed break-even bandwidths for toy methods under each collective
+model (gather, allreduce, allgather), the closed form against a fine sweep, and ``hpcgc breakeven``
+on results files and a collectives file produced here by the real benchmark under mpiexec, with
+every bad input (exit 2, one message)."""
+from __future__ import annotations
+
+import csv
+import math
+import shutil
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from hpcgc import results
+from hpcgc.analysis import breakeven as be
+from tests.conftest import ROOT, mpi_env, run_mpi
+
+ALPHA = 1e-5                   # 10 µs
+N = 4                          # the toy runs' rank count (a power of two)
+
+
+def gbps(bytes_per_s):         # bytes/s → Gb/s
+    return bytes_per_s * 8 / 1e9
+
+
+def toy(collective, iterations, workers, server, up, down=0.0, down_bcasts=1, baseline=False, label=None):
+    return be.MethodModel(label or collective, ("toy",), N, collective, iterations, "1/1", workers, server,
+                          up, down, 1, down_bcasts, baseline)
+
+
+# d = 10⁶; the baseline hands 4 000 000 bytes (float32) per rank to one MPI_Allreduce per iteration
+BASE = toy("allreduce", 100, 9e-3, 1e-3, 4e6, baseline=True, label="baseline")
+# DIANA-like, every rank receives every payload: 4-byte length + 100 000 bytes per worker
+ALLGATHER = toy("allgather", 150, 11e-3, 2e-3, 100_004)
+# parameter server with a compressed downlink: an 8-byte header and a 100 000-byte payload broadcast
+GATHER = toy("gather", 150, 11e-3, 3e-3, 100_004, down=100_008, down_bcasts=2)
+# parameter server with the dense float64 downlink (8 (d + 1) bytes)
+GATHER_DENSE = toy("gather", 150, 11e-3, 3e-3, 100_004, down=8_000_008)
+# shared-seed rand-k through the Allreduce: 40 000 bytes per rank
+RANDK = toy("allreduce", 200, 9.5e-3, 1e-3, 40_000)
+RANDK_FAST = toy("allreduce", 50, 9.5e-3, 1e-3, 40_000)
+
+
+def test_baseline_by_hand():
+    # MPI_Allreduce of 4e6 B > 2 KiB on 4 processes: Rabenseifner, 2 lg 4 = 4 latencies,
+    # 2 (4 − 1)/4 · 4e6 = 6e6 bytes through each link
+    p_b, q_b = BASE.affine(N, ALPHA)
+    assert p_b == pytest.approx(100 * (10e-3 + 4 * ALPHA), rel=1e-12)        # 1.004 s
+    assert q_b == pytest.approx(100 * 6e6, rel=1e-12)                        # 6e8 B
+    # at 1 Gb/s (β = 8 ns/B): 1.004 + 6e8 · 8e-9 = 5.804 s
+    assert BASE.time(N, ALPHA, be.gbps_to_beta(1.0)) == pytest.approx(1.004 + 4.8, rel=1e-12)
+
+
+def test_allgather_toy_by_hand():
+    # MPI_Allgather of the 4-byte lengths: 16 B in all (< 512 KiB, p a power of two) → recursive
+    # doubling: lg 4 = 2 latencies, 3/4 · 16 = 12 B; MPI_Allgatherv of 100 000 B each: 400 000 B in all
+    # (< 512 KiB) → recursive doubling: 2 latencies, 3/4 · 400 000 = 300 000 B
+    a, b = 2 + 2, 12 + 300_000
+    p_m = 150 * (11e-3 + 2e-3 + a * ALPHA)          # 150 · 0.01304 = 1.956 s
+    q_m = 150 * b                                    # 45 001 800 B
+    assert ALLGATHER.affine(N, ALPHA) == pytest.approx((p_m, q_m), rel=1e-12)
+    # it wins where 1.956 + 45 001 800 β < 1.004 + 6e8 β, i.e. β > 0.952 / 554 998 200 s/B
+    beta_star = (1.956 - 1.004) / (6e8 - 45_001_800)
+    r = be.method_break_even(ALLGATHER, BASE, N, ALPHA)
+    assert r.kind == "below"
+    assert r.gbps == pytest.approx(gbps(1 / beta_star), rel=1e-9)
+    assert r.gbps == pytest.approx(4.66386, rel=1e-5)
+
+
+def test_gather_toy_by_hand():
+    # MPI_Gather of the lengths (binomial): ⌈lg 4⌉ = 2 latencies, 3 · 4 = 12 B into the root;
+    # MPI_Gatherv (linear): 3 messages of 100 000 B; Bcast of the 8-byte header and of the 100 000-byte
+    # payload: 4 processes < 8 → binomial, 2 rounds each: 2 (α + 8β) + 2 (α + 100 000β)
+    a = 2 + 3 + 2 + 2
+    b = 12 + 300_000 + 16 + 200_000
+    p_m = 150 * (11e-3 + 3e-3 + a * ALPHA)           # 150 · 0.01409 = 2.1135 s
+    assert GATHER.affine(N, ALPHA) == pytest.approx((p_m, 150 * b), rel=1e-12)
+    beta_star = (2.1135 - 1.004) / (6e8 - 150 * 500_028)
+    r = be.method_break_even(GATHER, BASE, N, ALPHA)
+    assert r.kind == "below" and r.gbps == pytest.approx(gbps(1 / beta_star), rel=1e-9)
+    assert r.gbps == pytest.approx(3.78546, rel=1e-5)
+    # the dense downlink: a binomial Bcast of 8 000 008 B, 2 rounds = 16 000 016 B per iteration alone,
+    # more bytes than the Allreduce's 6e6, and more compute: it never wins
+    q_dense = 150 * (12 + 300_000 + 2 * 8_000_008)
+    assert GATHER_DENSE.affine(N, ALPHA)[1] == pytest.approx(q_dense, rel=1e-12) and q_dense > 6e8
+    assert be.method_break_even(GATHER_DENSE, BASE, N, ALPHA).kind == "never"
+
+
+def test_allreduce_toy_by_hand():
+    # rand-k through MPI_Allreduce, 40 000 B > 2 KiB → Rabenseifner: 4 latencies, 6e4 bytes
+    p_m = 200 * (10.5e-3 + 4 * ALPHA)                # 2.108 s
+    q_m = 200 * 6e4                                  # 1.2e7 B
+    assert RANDK.affine(N, ALPHA) == pytest.approx((p_m, q_m), rel=1e-12)
+    r = be.method_break_even(RANDK, BASE, N, ALPHA)
+    assert r.gbps == pytest.approx(gbps((6e8 - 1.2e7) / (2.108 - 1.004)), rel=1e-9)     # 4.26087 Gb/s
+    # at n = 128: Rabenseifner, 2 lg 128 = 14 latencies, 2 · 127/128 · m bytes; compute unchanged
+    p_b = 100 * (10e-3 + 14 * ALPHA)                 # 1.014 s
+    q_b = 100 * 2 * 127 / 128 * 4e6                  # 793 750 000 B
+    p_m = 200 * (10.5e-3 + 14 * ALPHA)               # 2.128 s
+    q_m = 200 * 2 * 127 / 128 * 4e4                  # 15 875 000 B
+    r128 = be.method_break_even(RANDK, BASE, 128, ALPHA)
+    assert r128.kind == "below" and r128.gbps == pytest.approx(gbps((q_b - q_m) / (p_m - p_b)), rel=1e-9)
+    assert r128.gbps == pytest.approx(5.58615, rel=1e-5)
+    # fewer iterations than the baseline and fewer bytes: faster at every bandwidth
+    assert 50 * (10.5e-3 + 4 * ALPHA) < 1.004
+    assert be.method_break_even(RANDK_FAST, BASE, N, ALPHA).kind == "always"
+
+
+def test_allgather_at_128_by_hand_never():
+    # n = 128: the lengths (512 B in all) by recursive doubling, 7 latencies and 127/128 · 512 = 508 B;
+    # the payloads (12.8 MB in all ≥ 512 KiB) by the ring: 127 latencies, 127/128 · 1.28e7 = 1.27e7 B;
+    # the server decodes 128 messages instead of 4: 2 ms · 128/4 = 64 ms
+    p_m = 150 * (11e-3 + 64e-3 + (7 + 127) * ALPHA)
+    q_m = 150 * (508 + 1.27e7)
+    assert ALLGATHER.affine(128, ALPHA) == pytest.approx((p_m, q_m), rel=1e-12)
+    q_b = 100 * 2 * 127 / 128 * 4e6
+    assert q_m > q_b                                  # more bytes than the Allreduce: never
+    assert be.method_break_even(ALLGATHER, BASE, 128, ALPHA).kind == "never"
+
+
+def test_closed_form_matches_a_fine_sweep():
+    g = np.geomspace(0.1, 400, 20001)
+    beta = be.gbps_to_beta(g)
+    for m in (ALLGATHER, GATHER, RANDK):
+        r = be.method_break_even(m, BASE, N, ALPHA)
+        wins = m.time(N, ALPHA, beta) < BASE.time(N, ALPHA, beta)
+        assert wins[g < r.gbps * 0.999].all() and not wins[g > r.gbps * 1.001].any()
+
+
+def test_break_even_cases():
+    assert be.break_even(2.0, 1.0, 1.0, 3.0) == be.BreakEven("below", float(be.beta_to_gbps(1.0 / 2.0)))
+    assert be.break_even(0.5, 1.0, 1.0, 3.0).kind == "always"
+    assert be.break_even(2.0, 3.0, 1.0, 1.0).kind == "never"
+    r = be.break_even(0.5, 3.0, 1.0, 1.0)             # faster compute, more bytes: wins on fast links
+    assert r.kind == "above" and r.gbps == pytest.approx(float(be.beta_to_gbps(0.5 / 2.0)))
+    assert be.break_even(float("nan"), 1.0, 1.0, 1.0).kind == "unreached"
+    assert be.BreakEven("below", 1000.0).text(0.1, 400) == "below 1e+03 Gb/s (outside the sweep)"
+
+
+# -- the command on real results ---------------------------------------------------------------------
+EXPERIMENT = """
+name = "breakeven-test"
+[data]
+dataset = "breast-cancer"
+[problem]
+kind = "logreg"
+l2 = 0.1
+[run]
+iterations = 300
+eval_every = 5
+tolerance = 1e-3
+
+[[variant]]
+label = "uncompressed allreduce"
+run.algorithm = "dcgd"
+run.compressor = "identity"
+run.collective = "allreduce"
+
+[[variant]]
+label = "diana qsgd gather"
+run.algorithm = "diana"
+run.compressor = "qsgd:s=2"
+run.collective = "gather"
+"""
+
+
+def _show(p):
+    return f"exit {p.returncode}\n--- stdout\n{p.stdout[-3000:]}\n--- stderr\n{p.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def produced(tmp_path_factory):
+    """The baseline and DIANA + QSGD (gather) on 2 ranks, in two files (so one of them lacks the
+    baseline), and collectives files at 2 and 4 ranks at small sizes."""
+    d = tmp_path_factory.mktemp("breakeven")
+    cfg = d / "exp.toml"
+    cfg.write_text(EXPERIMENT)
+    out = {}
+    for name, grid in (("base", "0"), ("diana", "1")):
+        out[name] = d / f"{name}.h5"
+        p = run_mpi(2, ["-m", "hpcgc.bench", "--config", str(cfg), "--grid-index", grid, "-o", str(out[name]), "-q"],
+                    timeout=400)
+        assert p.returncode == 0, _show(p)
+    for ranks in (2, 4):
+        out[f"coll{ranks}"] = d / f"coll{ranks}.h5"
+        p = run_mpi(ranks, ["-m", "hpcgc.bench", "collectives", "--max-size", "4K", "--max-seconds", "0.02",
+                            "-o", str(out[f"coll{ranks}"])], timeout=400)
+        assert p.returncode == 0, _show(p)
+    return d, out
+
+
+def hpcgc(*args, timeout=180):
+    return subprocess.run([sys.executable, "-m", "hpcgc", "breakeven", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, env=mpi_env(), timeout=timeout)
+
+
+def _csv(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_command_writes_figures_and_table(produced, tmp_path):
+    d, f = produced
+    p = hpcgc(f["base"], f["diana"], "--collectives", f["coll2"], "-o", tmp_path)
+    assert p.returncode == 0, _show(p)
+    assert "break_even_run_n" in p.stdout and "warning" not in p.stderr
+    rows = _csv(tmp_path / "breakeven.csv")
+    assert [r["method"] for r in rows] == ["uncompressed allreduce [baseline]", "diana qsgd gather"]
+    base, diana = rows
+    assert base["break_even_run_n"] == "baseline" and int(base["ranks"]) == 2
+    assert diana["collective"] == "gather"
+    # d = 30: the baseline's vector is 30 float32 per rank; DIANA's message 4 + 24 bytes
+    assert float(base["up_bytes_per_worker_iter"]) == 120.0
+    # the table's break-even is what the model of the measured runs gives, recomputed from the files
+    lat = be.latency_from_collectives(f["coll2"])
+    coll = results.load_collectives(f["coll2"])
+    assert lat.ranks == 2
+    # each fitted latency over its operation's latency count at n = 2 (the fit may give α = 0: not used)
+    counts = {"gather": 1 + 1, "allgather": 1 + 1, "bcast": 1, "allreduce": 1}
+    alphas = [tb.alpha / counts[op] for op, tb in coll.items() if tb.alpha > 0]
+    assert lat.alpha == pytest.approx(float(np.median(alphas)), rel=1e-12)
+    # recomputed by hand from the files: n = 2, so every tree has ⌈lg 2⌉ = 1 round
+    a_run, d_run = results.load(f["base"])[0], results.load(f["diana"])[0]
+
+    def first(run):                 # iterations at the first recorded row with f − f* ≤ 1e-3
+        return run.series["iteration"][int(np.flatnonzero(run.series["suboptimality"] <= 1e-3)[0])]
+
+    def med(x):
+        return float(np.median(x))
+
+    pa, pd = a_run.per_iteration, d_run.per_iteration
+    k_b, k_m = first(a_run), first(d_run)
+    up_b = a_run.series["bits_up_wire"][-1, 0] / 8 / a_run.series["iteration"][-1]      # 120 B: 30 float32
+    up_m = d_run.series["bits_up_wire"][-1, 1] / 8 / d_run.series["iteration"][-1]      # length word + payload
+    # baseline: MPI_Allreduce of 120 B (≤ 2 KiB: recursive doubling, lg 2 = 1 step): α + 120 β
+    p_b = k_b * (med(np.max(pa["grad"] + pa["compress"], axis=1)) + med(np.max(pa["server"], axis=1)) + lat.alpha)
+    q_b = k_b * up_b
+    # DIANA + QSGD, gather: Gather of the 4-byte lengths (α + 4β), Gatherv of rank 1's payload
+    # (α + (up − 4)β), binomial Bcast of d + 1 = 31 float64 (α + 248β); the server at rank 0
+    p_m = k_m * (med(np.max(pd["grad"] + pd["compress"], axis=1)) + med(pd["server"][:, 0]) + 3 * lat.alpha)
+    q_m = k_m * (4 + (up_m - 4) + 248)
+    assert d_run.attrs["d"] == 30 and up_b == 120
+    expect = be.break_even(p_m, q_m, p_b, q_b)
+    assert diana["break_even_run_n"] == expect.text(0.1, 400)
+    if expect.kind in ("below", "above"):
+        assert float(diana["break_even_gbps_run_n"]) == pytest.approx(expect.gbps, rel=1e-5)
+    t1 = p_m + q_m * 8e-9                                   # 1 Gb/s: β = 8 ns/B
+    assert float(diana["time_s_at_1Gbps"]) == pytest.approx(t1, rel=1e-6)    # float32 phase times
+    # iterations to target: the first recorded row with f − f* ≤ 1e-3
+    run = results.load(f["diana"])[0]
+    t = int(np.flatnonzero(run.series["suboptimality"] <= 1e-3)[0])
+    assert float(diana["iterations_to_target"]) == run.series["iteration"][t]
+    nrows = _csv(tmp_path / "breakeven-n.csv")
+    assert sorted({int(r["n"]) for r in nrows}) == [2 ** i for i in range(1, 11)]
+    figs = sorted(tmp_path.glob("breakeven*.png"))
+    assert len(figs) == 2 and all(fig.stat().st_size > 10_000 for fig in figs)
+    assert (tmp_path / "breakeven.md").read_text().startswith("**Break-even")
+
+
+def test_collectives_at_another_rank_count_warns(produced, tmp_path):
+    _, f = produced
+    p = hpcgc(f["base"], f["diana"], "--collectives", f["coll4"], "--n-max", "64", "-o", tmp_path)
+    assert p.returncode == 0, _show(p)
+    assert "measured at n = 4" in p.stderr and "runs of" in p.stderr and "at n = 2" in p.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--latency-us", "0"], "α must be finite and > 0"),
+    (["--latency-us", "-3"], "α must be finite and > 0"),
+    (["--latency-us", "nan"], "α must be finite and > 0"),
+    (["--bandwidth", "0", "400"], "must be finite and > 0"),
+    (["--bandwidth", "1", "inf"], "must be finite and > 0"),
+    (["--bandwidth", "10", "1"], "no valid point"),
+    (["--points", "0"], "no valid point"),
+    (["--n-max", "1"], "n_max >= 2"),
+    (["--eps", "-1"], "finite number > 0"),
+])
+def test_bad_numbers(produced, tmp_path, args, message):
+    _, f = produced
+    p = hpcgc(f["base"], f["diana"], "--collectives", f["coll2"], "-o", tmp_path, *args)
+    assert p.returncode == 2, _show(p)
+    assert message in p.stderr and p.stderr.count("error:") == 1 and "Traceback" not in p.stderr
+
+
+def test_no_baseline(produced, tmp_path):
+    _, f = produced
+    p = hpcgc(f["diana"], "--collectives", f["coll2"], "-o", tmp_path)
+    assert p.returncode == 2, _show(p)
+    assert "no uncompressed Allreduce baseline" in p.stderr and 'run.collective = "allreduce"' in p.stderr
+
+
+def test_no_common_target(produced, tmp_path):
+    _, f = produced
+    other = tmp_path / "other-tolerance.h5"
+    shutil.copy(f["diana"], other)
+    with h5py.File(other, "r+") as h:                # the same runs, asked for another tolerance
+        for g in h["runs"].values():
+            g.attrs["config"] = g.attrs["config"].replace("tolerance = 0.001", "tolerance = 1e-06")
+    p = hpcgc(f["base"], other, "--collectives", f["coll2"], "-o", tmp_path / "out")
+    assert p.returncode == 2, _show(p)
+    assert "no common target" in p.stderr and "--eps" in p.stderr
+    p = hpcgc(f["base"], other, "--collectives", f["coll2"], "--eps", "1e-3", "-o", tmp_path / "out")
+    assert p.returncode == 0, _show(p)
+
+
+def test_collectives_file_without_latency(produced, tmp_path):
+    _, f = produced
+    zero = tmp_path / "zero.h5"
+    res = results.load_collectives(f["coll2"])
+    tabs = []
+    for tb in res.values():
+        tb.alpha = 0.0
+        tabs.append(tb)
+    results.write_collectives(zero, res.attrs, tabs)
+    p = hpcgc(f["base"], f["diana"], "--collectives", zero, "-o", tmp_path / "out")
+    assert p.returncode == 2, _show(p)
+    assert "no collective has a latency α > 0" in p.stderr
+    p = hpcgc(f["base"], f["diana"], "-o", tmp_path / "out")
+    assert p.returncode == 2 and "--collectives" in p.stderr
+
+
+def test_help_explains():
+    p = hpcgc("--help")
+    assert p.returncode == 0
+    for word in ("break-even", "Thakur", "--collectives", "--n-max", "assumed"):
+        assert word in p.stdout
+    assert math.isfinite(be.gbps_to_beta(1.0)) and be.gbps_to_beta(1.0) == pytest.approx(8e-9)
+
+
+def _run(stop_measure="f - f*", tolerance=1e-3, per_iteration=True):
+    grad = np.array([[1e-3, 2e-3], [3e-3, 1e-3], [1e-3, 1e-3]])        # (iterations, ranks) seconds
+    comp = np.full((3, 2), 1e-4)
+    serv = np.array([[5e-4, 0.0], [7e-4, 0.0], [6e-4, 0.0]])
+    series = {"iteration": np.array([0, 3]), "suboptimality": np.array([1.0, 1e-4]),
+              "grad_norm_sq": np.array([4.0, 1e-3])}
+    time = {ph: np.vstack([np.zeros(2), v.sum(axis=0)]) for ph, v in (("grad", grad), ("compress", comp),
+                                                                       ("server", serv))}
+    pi = {"grad": grad, "compress": comp, "server": serv} if per_iteration else {}
+    run = results.Run("r", {"stop_measure": stop_measure}, {}, series, time, {}, pi)
+    from hpcgc.analysis import tables
+    return tables.RunInfo(run, "f.h5", True, False, 2, {"run.tolerance": tolerance})
+
+
+def test_phases_targets_and_common_target():
+    ri = _run()
+    ph = be.compute_phases(ri.run)
+    assert ph["grad"].shape == (3, 2)
+    # gather: median over iterations of max over ranks (grad + compress), median of rank 0's server
+    m = be.measure_run(ri, be.Target("suboptimality", 1e-3))
+    assert m["workers"] == pytest.approx(np.median([2.1e-3, 3.1e-3, 1.1e-3]))
+    assert m["server"] == pytest.approx(6e-4) and m["iterations"] == 3
+    # without per_iteration/: the totals over 3 iterations, one row
+    ph = be.compute_phases(_run(per_iteration=False).run)
+    assert ph["grad"] == pytest.approx(np.array([[5e-3 / 3, 4e-3 / 3]]))
+    # the gradient measure of problems without f*: ‖∇f‖² / ‖∇f(x⁰)‖²
+    g = _run(stop_measure="grad_norm_sq / grad_norm_sq[0]")
+    assert be.target_series(g.run, "grad_ratio") == pytest.approx([1.0, 2.5e-4])
+    assert be.common_target([ri, _run()], None, None) == be.Target("suboptimality", 1e-3)
+    with pytest.raises(be.BreakEvenError, match="no common target"):
+        be.common_target([ri, g], None, None)                        # f − f* and the gradient measure
+    with pytest.raises(be.BreakEvenError, match="no common target"):
+        be.common_target([ri, _run(tolerance=1e-6)], None, None)
+    with pytest.raises(be.BreakEvenError, match="no target"):
+        be.common_target([_run(tolerance=0.0)], None, None)
+    assert be.common_target([ri, _run(tolerance=1e-6)], 1e-2, None) == be.Target("suboptimality", 1e-2)
