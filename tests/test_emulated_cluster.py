@@ -169,3 +169,11 @@ def test_refuses_clearly_without_privileges_or_with_bad_input():
     p = _script("down", "--name", f"hpcgc-ci-absent-{uuid.uuid4().hex[:6]}")
     if p.returncode != 3:
         assert p.returncode == 0 and "was not up" in p.stdout, _show(p)
+
+
+def test_ring_allreduce_model_hand_computed():
+    """T = 2(n−1)α + 2(n−1)/n·m·β (Thakur, Rabenseifner, Gropp 2005), by hand: n = 4, 4 MiB, 1 Gb/s."""
+    m, alpha, beta = 4 * 2**20, 70e-6, 8e-9
+    assert costmodels.allreduce(m, 4, alpha, beta) == pytest.approx(6 * 70e-6 + 1.5 * 4194304 * 8e-9)  # 50.75 ms
+    assert costmodels.allreduce(m, 2, alpha, beta) == pytest.approx(2 * 70e-6 + 4194304 * 8e-9)
+    assert costmodels.allreduce(m, 1, alpha, beta) == 0.0
