@@ -206,7 +206,9 @@ cmd_run() {
   local mpiexec=${HPCGC_MPIEXEC:-$(command -v mpiexec || true)}
   [ -n "$mpiexec" ] && [ -x "$mpiexec" ] ||
     die "mpiexec not found (activate the virtualenv: source .venv/bin/activate, or set HPCGC_MPIEXEC)"
-  "$mpiexec" --version 2>/dev/null | grep -q HYDRA ||
+  local version
+  version=$("$mpiexec" --version 2>/dev/null || true)    # (no pipe into grep -q: SIGPIPE under pipefail)
+  [[ $version == *HYDRA* ]] ||
     die "$mpiexec is not MPICH's hydra mpiexec (the emulation starts its proxies with -launcher-exec)"
   local hosts
   hosts=$(awk '{print $1}' "$DIR/hosts" | paste -sd, -)
