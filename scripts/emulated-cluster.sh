@@ -29,6 +29,7 @@
 #   scripts/emulated-cluster.sh up --nodes 4 --rate 1gbit
 #   scripts/emulated-cluster.sh run -- -n 4 python -m hpcgc.bench collectives --max-size 16M
 #   scripts/emulated-cluster.sh down
+# Exit status: 0 ok, 2 bad arguments (nothing built), 3 this machine cannot (privileges, tools, kernel).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,7 +40,7 @@ BURST=256kb
 LATENCY=5s
 
 die() { echo "emulated-cluster: error: $*" >&2; exit "${DIE_STATUS:-2}"; }
-usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 # capabilities: root, or CAP_NET_ADMIN (bit 12) and CAP_SYS_ADMIN (bit 21, needed by ip netns) effective
 have_caps() {
