@@ -126,6 +126,8 @@ def build_parser():
     p.add_argument("--floor", action="store_true",
                    help="after each run, time exactly its collectives with its message sizes and nothing else "
                         "(the floor) and store median iteration / floor as floor_ratio (docs/performance.md)")
+    p.add_argument("--floor-seconds", type=float, default=0.5, metavar="S",
+                   help="time spent measuring each run's floor (default 0.5)")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the final table")
     p.add_argument("--version", action=_Version, help="print the version and git commit, then exit")
     return p
@@ -226,6 +228,8 @@ def cmd_run(args, argv, validate_only=False) -> int:
     out = Path(args.out) if args.out else default_out(cfg["name"])
     # every problem that can be known without data, at once, before any data set is read (same on every rank)
     problems += [p for p in check(cfg, None if validate_only else out) if p not in problems]
+    if not (args.floor_seconds > 0 and math.isfinite(args.floor_seconds)):
+        problems.append(f"--floor-seconds must be > 0, got {args.floor_seconds}")
     if problems:
         raise ConfigError("\n".join(problems))
     t = Transport()
@@ -260,7 +264,7 @@ def cmd_run(args, argv, validate_only=False) -> int:
         return 0
     floor = args.floor or args.command == "floor"
     for r in runs:
-        r.floor = floor
+        r.floor = args.floor_seconds if floor else 0.0
     path, summaries = execute(runs, t, out, argv, log=log, t_start=t0, name=cfg["name"], progress=not args.quiet,
                               overwrite=args.overwrite, resume=args.resume)
     if t.is_root:

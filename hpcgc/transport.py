@@ -376,7 +376,7 @@ class CollectiveTimer:
         dtype)] — this rank's own message sizes (they may differ between ranks, as a run's payloads
         do; every rank lists the same kinds in the same order) — on buffers of its own, touched
         now. ``python -m hpcgc.bench floor`` times a run's iteration this way."""
-        calls = []
+        calls, buffers = [], []
         for kind, nbytes, dtype in ops:
             dtype = np.dtype(dtype)
             count = int(nbytes) // dtype.itemsize
@@ -389,10 +389,12 @@ class CollectiveTimer:
                 if kind == "allgather" or self.t.is_root:
                     recv = np.zeros(total, dtype=np.uint8)
             calls.append(self._issue(kind, send, recv))
+            buffers.append((send, recv))
 
         def op():
             for call in calls:
                 call()
+        op.buffers = buffers            # [(send, recv)] per collective (recv None where nothing arrives)
         return op
 
     def _sum_over_ranks(self, value: int) -> int:

@@ -22,10 +22,10 @@ class Allgather(Exchange):
     summary = "every rank Allgatherv's the payloads and decodes them all (no server, no downlink)"
 
     def exchange(self, msg, ss):
-        t0 = wtime()
+        t1 = t0 = wtime()
         if self.split:
             self.t.sync()
-        t1 = wtime()
+            t1 = wtime()
         got = self.t.allgather_payloads(msg)
         t2 = wtime()
         self.x[:] = self.alg.server_step(ss, self._messages(got))

@@ -62,7 +62,7 @@ class Run:
         self.rp, self.s, self.t = rp, setup, transport
         self.writer = writer
         self.show_progress = show_progress
-        self.floor = False              # measure the run's collectives' floor after it (--floor, hpcgc.floor)
+        self.floor = 0.0                # > 0: seconds to measure the run's collectives' floor after it (--floor)
         rc = rp.cfg
         self.r = rc["run"]
         s = setup
@@ -238,7 +238,7 @@ class Run:
         floor = None
         if self.floor:
             from ..floor import run_floor
-            floor = run_floor(self, t, done)
+            floor = run_floor(self, t, done, seconds=self.floor)
         return self._finish(rw, x, done, blew_up, clock, ledger, outcome, one_time, crossed, watch.last_row, floor)
 
     def _finish(self, rw, x, done, blew_up, clock, ledger, outcome, one_time, crossed, last_row, floor=None):
