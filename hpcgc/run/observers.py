@@ -142,7 +142,9 @@ class ProgressLine:
         self.crossed, self.ledger, self.last = crossed, ledger, np.nan
 
     def lap(self, k: int):
-        self.bar.update(k, self.last, self.ledger.wire[self.crossed].sum() / 8e6)
+        bar = self.bar                  # the MB sum only when the line is due (the lap is in every iteration)
+        if bar.enabled and time.monotonic() - bar.last >= bar.interval:
+            bar.update(k, self.last, self.ledger.wire[self.crossed].sum() / 8e6)
 
     def evaluate(self, k: int, row: dict) -> float:
         self.last = row.get("suboptimality", np.nan)
