@@ -47,3 +47,11 @@ def test_floor_command_table_and_file(tmp_path, n):
         assert row["collectives"] == run.attrs["floor_collectives"]
         assert row["collectives"].startswith("gather ") and row["collectives"].endswith(f"bcast {8 * (d + 1)} B")
         assert set(run.time) >= {"wait_up", "wait_down", "other", "iter"}
+
+
+def test_bad_floor_seconds_is_one_message_exit_2_no_file(tmp_path):
+    out = tmp_path / "x.h5"
+    p = run_mpi(2, ["-m", "hpcgc.bench", "floor", "--floor-seconds", "0", "-o", str(out)], timeout=120)
+    assert p.returncode == 2, _show(p)
+    assert p.stderr.count("hpcgc: error: --floor-seconds must be > 0, got 0.0") == 1, _show(p)
+    assert not list(tmp_path.glob("x.h5*"))
