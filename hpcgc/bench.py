@@ -50,6 +50,9 @@ commands (each has --help, e.g. `hpcgc report --help`):
   list      list compressors, algorithms, allocations, data sets and partitions
   validate  check an experiment file (every grid point) without reading any data: every problem
             found, one line each (exit 2); if none, set up the data and print the plan
+  floor     run the experiment, then time each run's own collectives with its message sizes and
+            nothing else, and print hpcgc's median iteration / that floor (= run --floor;
+            docs/performance.md): mpiexec -n 2 hpcgc floor --config exp.toml
   micro     compressor micro-benchmark (throughput vs memory bandwidth, bits, omega)
   collectives  OSU-style sweep of the MPI collectives hpcgc uses (Gather+Gatherv, Bcast, Allreduce,
             Allgatherv), 4 B .. 256 MiB per rank, with fitted latency alpha and inverse bandwidth beta:
@@ -104,9 +107,11 @@ def build_parser():
     p = argparse.ArgumentParser(prog=prog(), description=DESCRIPTION,
                                 epilog=EPILOG.format(keys=schema_help()),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", nargs="?", default="run", choices=("run", "list", "validate"), metavar="COMMAND",
-                   help="run (default), list or validate; micro, collectives, report, project and breakeven come first and "
-                        "take their own options (hpcgc COMMAND --help)")
+    p.add_argument("command", nargs="?", default="run", choices=("run", "list", "validate", "floor"),
+                   metavar="COMMAND",
+                   help="run (default), list, validate or floor (= run --floor, then the floor table); micro, "
+                        "collectives, report, project and breakeven come first and take their own options "
+                        "(hpcgc COMMAND --help)")
     p.add_argument("--config", "-c", metavar="FILE.toml", help="experiment file (default: the built-in experiment)")
     p.add_argument("--set", "-s", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                    help="override a key, e.g. --set run.iterations=500 --set sweep.seed=[0,1,2]")
@@ -121,6 +126,11 @@ def build_parser():
                         "code version differ")
     p.add_argument("--grid-index", metavar="I", help="run only these grid points: I, I,J or I-J (0-based; "
                    "e.g. $SLURM_ARRAY_TASK_ID); `validate` prints the grid size")
+    p.add_argument("--floor", action="store_true",
+                   help="after each run, time exactly its collectives with its message sizes and nothing else "
+                        "(the floor) and store median iteration / floor as floor_ratio (docs/performance.md)")
+    p.add_argument("--floor-seconds", type=float, default=0.5, metavar="S",
+                   help="time spent measuring each run's floor (default 0.5)")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the final table")
     p.add_argument("--version", action=_Version, help="print the version and git commit, then exit")
     return p
@@ -186,11 +196,16 @@ def _measure(s) -> str:
 
 
 def summary_table(summaries) -> str:
-    cols = ("grad", "compress", "comm_up", "server", "comm_down", "iter")
+    cols = ("grad", "compress", "wait_up", "comm_up", "server", "wait_down", "comm_down", "other", "iter")
     head = (f"{'run':<5} {'algorithm':<9} {'compressor':<26} {'collective':<10} {'status':<10} {'iters':>6} {'f - f*':>10} "
             f"{'MB up':>9} {'wire/model':>10} " + " ".join(f"{c + '(ms)':>12}" for c in cols))
+    floor = any(math.isfinite(s.floor_ratio) for s in summaries)
+    if floor:
+        head += f" {'median(ms)':>10} {'floor(ms)':>10} {'/floor':>7}"
     lines = ["# per-iteration times: mean over iterations and ranks; MB up: bytes that crossed the network "
-             "(every rank's under allreduce/allgather, all but rank 0's under gather)",
+             "(every rank's under allreduce/allgather, all but rank 0's under gather); wait_*: idle in the "
+             "barrier before a collective, comm_*: the collective, other: hpcgc's bookkeeping, iter: wall-clock "
+             "(docs/results.md, Phases)",
              "# f - f*: the final suboptimality; on problems without f* (nonconvex) the final "
              "|grad f|^2 / |grad f(x0)|^2, marked g",
              head, "-" * len(head)]
@@ -198,7 +213,11 @@ def summary_table(summaries) -> str:
         lines.append(f"{s.run_id[:3]:<5} {s.algorithm:<9} {s.compressor[:26]:<26} {s.collective:<10} {s.status:<10} "
                      f"{s.iterations:>6} "
                      f"{_measure(s):>10} {s.mb_up:>9.4f} {s.wire_over_model:>10.3f} "
-                     + " ".join(f"{s.phase_ms[c]:>12.4f}" for c in cols))
+                     + " ".join(f"{s.phase_ms.get(c, math.nan):>12.4f}" for c in cols)
+                     + (f" {s.median_iter_ms:>10.4f} {s.floor_ms:>10.4f} {s.floor_ratio:>7.2f}" if floor else ""))
+    if floor:
+        lines.append("# median: hpcgc's median iteration (over ranks and iterations); floor: the same collectives with "
+                     "the same message sizes and nothing else (python -m hpcgc.bench floor, docs/performance.md)")
     return "\n".join(lines)
 
 
@@ -214,6 +233,8 @@ def cmd_run(args, argv, validate_only=False) -> int:
     out = Path(args.out) if args.out else default_out(cfg["name"])
     # every problem that can be known without data, at once, before any data set is read (same on every rank)
     problems += [p for p in check(cfg, None if validate_only else out) if p not in problems]
+    if not (args.floor_seconds > 0 and math.isfinite(args.floor_seconds)):
+        problems.append(f"--floor-seconds must be > 0, got {args.floor_seconds}")
     if problems:
         raise ConfigError("\n".join(problems))
     t = Transport()
@@ -247,10 +268,16 @@ def cmd_run(args, argv, validate_only=False) -> int:
                 f"l2={rc['problem']['l2']:g}  d={r.s.d} n={r.s.n_workers}  {params}  iterations={rc['run']['iterations']}"
                 + (f"  layers={'-'.join(map(str, r.s.model.widths))}" if r.s.model is not None else ""))
         return 0
+    floor = args.floor or args.command == "floor"
+    for r in runs:
+        r.floor = args.floor_seconds if floor else 0.0
     path, summaries = execute(runs, t, out, argv, log=log, t_start=t0, name=cfg["name"], progress=not args.quiet,
                               overwrite=args.overwrite, resume=args.resume)
     if t.is_root:
         say(summary_table(summaries))
+        if args.command == "floor":
+            from .floor import table
+            say(table(summaries))
         say(f"# results: {path}")
     return 0
 

@@ -122,6 +122,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
                       choices=("worker", "dedicated")),
         "divergence_factor": Key(_NUM, 1e6, "mark diverged when f − f* exceeds this × (f(x⁰) − f*)", check=(_positive, "> 0")),
         "per_iteration_times": Key(bool, True, "store every iteration's per-rank phase times (per_iteration/)"),
+        "wait_phases": Key(bool, True, "a barrier before each collective, timed as wait_up/wait_down, so that "
+                           "comm_up/comm_down hold transfer only (false: no barrier, waiting is in comm_*)"),
     },
 }
 

@@ -42,7 +42,9 @@ CHECKPOINT_SUFFIX = ".checkpoint"     # a directory beside the results file: one
 SCALAR_SERIES = ("iteration", "loss", "suboptimality", "dist_to_opt", "grad_norm_sq", "accuracy", "train_accuracy",
                  "test_loss", "bits_down_wire", "bits_down_model", "grad_evals")
 WORKER_SERIES = ("bits_up_model", "bits_up_wire")
-PHASES = ("grad", "compress", "comm_up", "server", "comm_down", "iter")
+PHASES = ("grad", "compress", "wait_up", "comm_up", "server", "wait_down", "comm_down", "other", "iter")
+"""= transport.PHASES; files written before ``wait_up``, ``wait_down`` and ``other`` existed lack them
+(their ``comm_*`` include the waiting, their ``iter`` is the sum of the five others)."""
 LEDGER = ("Gather", "Gatherv", "Bcast", "Allgather", "Allgatherv", "Allreduce")   # = transport.LEDGER
 
 
@@ -227,7 +229,7 @@ class RunWriter:
     def _series(self):
         yield from (self.g[name] for name in (*SCALAR_SERIES, *WORKER_SERIES) if name in self.g)
         for group, names in (("time", PHASES), ("mpi_bytes", LEDGER)):
-            yield from (self.g[group][name] for name in names)
+            yield from (self.g[group][name] for name in names if name in self.g[group])
 
     @guarded
     def save_checkpoint(self, iteration: int, blobs: list):
@@ -269,6 +271,8 @@ class RunWriter:
         for group, names in (("time", PHASES), ("mpi_bytes", LEDGER)):
             cols = row[group]
             for j, name in enumerate(names):
+                if name not in self.g[group]:  # a file begun by an older version, resumed
+                    continue
                 ds = self.g[group][name]
                 ds.resize((t + 1, ds.shape[1]))
                 ds[t] = cols[:, j]

@@ -33,7 +33,12 @@ from .errors import UserError
 ROOT = 0
 LENGTH_BYTES = 4  # one int32 length announcement per rank and iteration
 DOWN_HEADER_BYTES = 8  # compressed downlink: int32 payload length + int32 control word, per iteration
-PHASES = ("grad", "compress", "comm_up", "server", "comm_down", "iter")
+PHASES = ("grad", "compress", "wait_up", "comm_up", "server", "wait_down", "comm_down", "other", "iter")
+"""Per-rank phase timers of an iteration (what each contains: ``docs/results.md``, "Phases"): the
+method's work (``grad``, ``compress``, ``server``), the idle time before each collective
+(``wait_up``, ``wait_down``: a barrier, ``run.wait_phases``), the collectives themselves
+(``comm_up``, ``comm_down``), hpcgc's own bookkeeping (``other``) and the iteration's wall-clock
+``iter`` (= the sum of the others)."""
 LEDGER = ("Gather", "Gatherv", "Bcast", "Allgather", "Allgatherv", "Allreduce")
 """The collectives of the bit ledger, in the order of ``Transport.ledger``."""
 
@@ -105,7 +110,7 @@ class Transport:
         """Send this rank's ``uint8`` payload to rank 0.
 
         Returns, on rank 0, ``(buffer, counts, displs)`` where worker r's bytes are
-        ``buffer[displs[r]:displs[r] + counts[r]]`` (views into a reused buffer: valid until the
+        ``buffer[displs[r]:displs[r] + counts[r]]`` (the transport's reused arrays: valid until the
         next call); ``None`` on the other ranks.
         """
         payload = self._lengths(payload)
@@ -115,7 +120,7 @@ class Transport:
         if self.is_root:
             self._layout()
             self.comm.Gatherv(payload, [self._recv, self._counts, self._displs, MPI.BYTE], root=ROOT)
-            return self._recv, self._counts.copy(), self._displs.copy()
+            return self._recv, self._counts, self._displs
         self.comm.Gatherv(payload, None, root=ROOT)
         return None
 
@@ -128,7 +133,7 @@ class Transport:
         self.ledger[_ALLGATHERV] += payload.nbytes
         self._layout()
         self.comm.Allgatherv(payload, [self._recv, self._counts, self._displs, MPI.BYTE])
-        return self._recv, self._counts.copy(), self._displs.copy()
+        return self._recv, self._counts, self._displs
 
     def allreduce_sum(self, vec: np.ndarray, out: np.ndarray) -> np.ndarray:
         """``out = Σ_ranks vec`` (element-wise, ``MPI_Allreduce`` SUM) on every rank; float32 or
@@ -162,6 +167,12 @@ class Transport:
         if self.is_root:
             self.ledger[_BCAST] += self._down_head.nbytes + n
         return payload, int(self._down_head[1])
+
+    def sync(self):
+        """Wait until every rank has arrived (``MPI_Barrier``): issued before a collective when the
+        run separates idle time (``wait_*`` phases) from transfer (``comm_*``), as MPI profilers
+        attribute "late sender" time. No bytes: not in the ledger."""
+        self.comm.Barrier()
 
     # -- measurement traffic: not part of the algorithm, not in the ledger ------------------------
     def bcast_control(self, buf: np.ndarray):
@@ -292,8 +303,7 @@ class CollectiveTimer:
     def __init__(self, transport: Transport):
         self.t = transport
         self.comm = transport.comm
-        self._len = np.zeros(1, dtype=np.int32)
-        self._counts = np.zeros(transport.size, dtype=np.int32)
+        self._counts = np.zeros(transport.size, dtype=np.int32)     # of the last gather/allgather operation()
         self._displs = np.zeros(transport.size, dtype=np.int64)
         self._one = np.zeros(1)
         self._all = np.zeros(transport.size)
@@ -318,40 +328,80 @@ class CollectiveTimer:
         self._send = self._recv = None
 
     # -- one operation, exactly as the run issues it --------------------------------------------
-    def operation(self, kind: str, nbytes: int):
-        """A zero-argument callable doing one ``kind`` collective of ``nbytes`` per rank."""
-        count = nbytes // self.dtype.itemsize
-        send = self._send[:count]
+    def _issue(self, kind: str, send: np.ndarray, recv: np.ndarray | None, counts=None, displs=None):
+        """A zero-argument callable issuing one ``kind`` collective of ``send`` (this rank's
+        contribution) into ``recv`` (gather: the root's; allgather, allreduce: every rank's)."""
         comm, root = self.comm, self.t.is_root
-        if kind == "gather":
-            self._len[0] = send.nbytes
-            counts = self._counts if root else None
-            recv = [self._recv, self._counts, self._displs, MPI.BYTE] if root else None
+        if kind in ("gather", "allgather"):
+            length = np.array([send.nbytes], dtype=np.int32)
+            counts = np.zeros(self.t.size, dtype=np.int32) if counts is None else counts
+            displs = np.zeros(self.t.size, dtype=np.int64) if displs is None else displs
+            spec = [recv, counts, displs, MPI.BYTE] if recv is not None else None
+            if kind == "gather":
+                cto = counts if root else None
 
-            def op():
-                comm.Gather(self._len, counts, root=ROOT)
-                if root:
-                    np.cumsum(self._counts[:-1], out=self._displs[1:])
-                comm.Gatherv(send, recv, root=ROOT)
-        elif kind == "allgather":
-            self._len[0] = send.nbytes
-            recv = [self._recv, self._counts, self._displs, MPI.BYTE]
-
-            def op():
-                comm.Allgather(self._len, self._counts)
-                np.cumsum(self._counts[:-1], out=self._displs[1:])
-                comm.Allgatherv(send, recv)
+                def op():
+                    comm.Gather(length, cto, root=ROOT)
+                    if root:
+                        np.cumsum(counts[:-1], out=displs[1:])
+                    comm.Gatherv(send, spec, root=ROOT)
+            else:
+                def op():
+                    comm.Allgather(length, counts)
+                    np.cumsum(counts[:-1], out=displs[1:])
+                    comm.Allgatherv(send, spec)
         elif kind == "bcast":
             def op():
                 comm.Bcast(send, root=ROOT)
         elif kind == "allreduce":
-            out = self._recv[:count]
-
             def op():
-                comm.Allreduce(send, out, op=MPI.SUM)
+                comm.Allreduce(send, recv, op=MPI.SUM)
         else:
             raise ValueError(f"unknown collective {kind!r}")
         return op
+
+    def operation(self, kind: str, nbytes: int):
+        """A zero-argument callable doing one ``kind`` collective of ``nbytes`` per rank (views into
+        the buffers of :meth:`allocate`)."""
+        count = nbytes // self.dtype.itemsize
+        recv = None
+        if kind == "allreduce":
+            recv = self._recv[:count]
+        elif kind == "allgather" or (kind == "gather" and self.t.is_root):
+            recv = self._recv
+        return self._issue(kind, self._send[:count], recv, self._counts, self._displs)
+
+    def sequence(self, ops):
+        """A zero-argument callable issuing, in order, the collectives ``ops`` = [(kind, nbytes,
+        dtype)] — this rank's own message sizes (they may differ between ranks, as a run's payloads
+        do; every rank lists the same kinds in the same order) — on buffers of its own, touched
+        now. ``python -m hpcgc.bench floor`` times a run's iteration this way."""
+        calls, buffers = [], []
+        for kind, nbytes, dtype in ops:
+            dtype = np.dtype(dtype)
+            count = int(nbytes) // dtype.itemsize
+            send = np.ones(count, dtype=dtype)
+            recv = None
+            if kind == "allreduce":
+                recv = np.zeros(count, dtype=dtype)
+            elif kind in ("gather", "allgather"):
+                total = self._sum_over_ranks(send.nbytes)        # collective: every rank calls it
+                if kind == "allgather" or self.t.is_root:
+                    recv = np.zeros(total, dtype=np.uint8)
+            calls.append(self._issue(kind, send, recv))
+            buffers.append((send, recv))
+
+        def op():
+            for call in calls:
+                call()
+        op.buffers = buffers            # [(send, recv)] per collective (recv None where nothing arrives)
+        return op
+
+    def _sum_over_ranks(self, value: int) -> int:
+        self._one[0] = value
+        out = np.zeros(1)
+        self.comm.Allreduce(self._one, out, op=MPI.SUM)
+        return int(out[0])
 
     # -- timing ------------------------------------------------------------------------------------
     def _max_over_ranks(self, value: float) -> float:
@@ -372,6 +422,15 @@ class CollectiveTimer:
             comm.Barrier()
         return total / iterations
 
+    def period(self, op, iterations: int) -> float:
+        """Seconds per operation on this rank when ``op`` runs ``iterations`` times back to back
+        (a barrier before, none in between: the rhythm of a run's iteration loop)."""
+        self.comm.Barrier()
+        t0 = MPI.Wtime()
+        for _ in range(iterations):
+            op()
+        return (MPI.Wtime() - t0) / iterations
+
     def measure(self, kind: str, nbytes: int, iterations: int, warmup: int, max_seconds: float = 0.0,
                 min_iterations: int = 3):
         """Time ``kind`` at ``nbytes`` per rank → ``(min, avg, max, iterations)``: seconds over ranks
@@ -383,7 +442,10 @@ class CollectiveTimer:
         about a quarter of ``max_seconds`` (at least 2 iterations when ``warmup ≥ 2``); the decision
         is taken collectively, so every rank runs the same number of operations.
         """
-        op = self.operation(kind, nbytes)
+        return self.measure_op(self.operation(kind, nbytes), iterations, warmup, max_seconds, min_iterations)
+
+    def measure_op(self, op, iterations: int, warmup: int, max_seconds: float = 0.0, min_iterations: int = 3):
+        """:meth:`measure` of any zero-argument collective callable (:meth:`operation`, :meth:`sequence`)."""
         if warmup > 0:
             est = self._max_over_ranks(self._timed_loop(op, 1))
             more = warmup - 1

@@ -9,7 +9,7 @@ PNG and PDF:
 - ``convergence[-<panel>]``: f(x)−f* and ‖x−x*‖²/‖x⁰−x*‖² against model bits per worker,
   iterations and wall-clock; one line per method, geometric mean over seeds with a min–max band;
 - ``accuracy[-<panel>]``: accuracy against iterations (communication rounds), for classifiers;
-- ``phases``: time per iteration split into grad / compress / comm_up / server / comm_down, per
+- ``phases``: time per iteration split into grad / compress / wait_up / comm_up / server / wait_down / comm_down / other, per
   method and rank count;
 - ``scaling``: time per iteration, time-to-ε and uplink bytes against the rank count (only when
   the same method was run on several rank counts);
@@ -63,8 +63,8 @@ from .tables import (  # the report's tables and inputs; re-exported for `report
 
 # Okabe & Ito (2008), "Color universal design": distinguishable with every common colour-vision deficiency
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
-PHASE_COLORS = {"grad": "#56B4E9", "compress": "#009E73", "comm_up": "#E69F00", "server": "#CC79A7",
-                "comm_down": "#D55E00"}
+PHASE_COLORS = {"grad": "#56B4E9", "compress": "#009E73", "wait_up": "#F3D9A4", "comm_up": "#E69F00",
+                "server": "#CC79A7", "wait_down": "#F2B9A0", "comm_down": "#D55E00", "other": "#999999"}
 _RENDERED: dict = {}          # stem -> (PNG bytes, dpi) of every figure of the current report (report.html)
 
 
@@ -290,7 +290,7 @@ def fig_accuracy(ms, panel, out, formats) -> list[Path]:
 
 def phase_ms(ri: RunInfo) -> dict:
     """Mean time per iteration [ms] of each phase: grad and compress averaged over the worker ranks,
-    server on rank 0, comm_up / comm_down averaged over all ranks; 'iter' on rank 0."""
+    server on rank 0, wait_* / comm_* / other averaged over all ranks; 'iter' on rank 0."""
     r = ri.run
     tm = r.time
     it = np.asarray(r.series["iteration"], float)
@@ -316,9 +316,12 @@ def phase_ms(ri: RunInfo) -> dict:
 PHASE_BAR_LABELS = {
     "grad": "gradient",
     "compress": "compress (and own decode)",
-    "comm_up": "comm up: Gather+Gatherv (rank 0: incl. waiting for the slowest worker)",
+    "wait_up": "wait before the uplink: idle until every rank has its message (load imbalance)",
+    "comm_up": "comm up: Gather+Gatherv (transfer; older files: incl. waiting for the slowest worker)",
     "server": "server: decode, aggregate, step",
-    "comm_down": "comm down: Bcast (workers: incl. waiting for the server step)",
+    "wait_down": "wait before the downlink: idle while rank 0 steps (workers)",
+    "comm_down": "comm down: Bcast (transfer; older files: incl. waiting for the server step)",
+    "other": "hpcgc's bookkeeping (bit accounting, stop decisions, timers)",
 }
 
 
@@ -479,7 +482,8 @@ FIGURE_CAPTIONS = {
     "projection": "Convergence against the wall-clock measured here and projected onto other networks "
                   "(α–β model, docs/projection.md).",
     "phases": "Time per iteration by phase, for rank 0 (0) and the mean worker rank (W); each stack is "
-              "that rank's own iteration.",
+              "that rank's own iteration. wait: idle in the barrier before a collective (waiting for other "
+              "ranks); comm: the collective's transfer; other: hpcgc's bookkeeping (docs/results.md, Phases).",
     "scaling": "Time per iteration, time to ε and uplink bytes per iteration against the rank count.",
 }
 

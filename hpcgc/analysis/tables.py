@@ -20,9 +20,13 @@ import numpy as np
 from . import projection as proj
 
 FLOOR = 1e-16             # values below (round-off around f*) are drawn at FLOOR on log axes
-PHASES = ("grad", "compress", "comm_up", "server", "comm_down")
-PHASE_LABELS = {"grad": "gradient", "compress": "compress", "comm_up": "comm up (Gather+Gatherv)",
-                "server": "server (decode, aggregate, step)", "comm_down": "comm down (Bcast)"}
+PHASES = ("grad", "compress", "wait_up", "comm_up", "server", "wait_down", "comm_down", "other")
+"""The phases of an iteration, in order (``iter`` is their sum; ``docs/results.md``, "Phases"). Files
+written before ``wait_*`` and ``other`` existed have only the five others (waiting inside ``comm_*``)."""
+PHASE_LABELS = {"grad": "gradient", "compress": "compress", "wait_up": "wait before uplink (idle)",
+                "comm_up": "comm up (Gather+Gatherv)", "server": "server (decode, aggregate, step)",
+                "wait_down": "wait before downlink (idle)", "comm_down": "comm down (Bcast)",
+                "other": "hpcgc bookkeeping"}
 FINAL_STATUSES = ("completed", "diverged", "stopped")
 NOT_METHOD_KEYS = ("name", "run.seed")   # keys that do not make a different method
 

@@ -2,9 +2,10 @@
 
     compress   the worker's round vectors and its own decoded message (PowerSGD: also the
                orthogonalization of the first sum and Mᵀ P̂ between its two rounds)
+    wait_up    a barrier before each Allreduce round (``run.wait_phases``): idle until every rank is there
     comm_up    one Allreduce (SUM) per round of the message (PowerSGD: two)
     server     every rank decodes the one sum and takes the same step (identical iterates)
-    comm_down  none (0)
+    wait_down, comm_down  none (0)
 
 Only messages that add up ride it (:mod:`hpcgc.compressors.summable`): ``identity`` — the
 uncompressed baseline a user would otherwise run (float32, or float64 with ``fp64=true``),
@@ -43,21 +44,32 @@ class Allreduce(Exchange):
         return self.codec.begin(self.alg.worker_message(ws), self.weight, self.rng)
 
     def exchange(self, msg, ss):
-        codec, v, extra = self.codec, msg, 0.0
-        t0 = wtime()
+        codec, v, extra, wait, up = self.codec, msg, 0.0, 0.0, 0.0
+        t = self.t
         for r, total in enumerate(self.sums):
-            self.t.allreduce_sum(v, total)
-            if r + 1 < len(self.sums):
+            t1 = t0 = wtime()
+            if self.split:
+                t.sync()
                 t1 = wtime()
+            t.allreduce_sum(v, total)
+            t2 = wtime()
+            wait += t1 - t0
+            up += t2 - t1
+            if r + 1 < len(self.sums):
                 v = codec.advance(r + 1, total)
-                extra += wtime() - t1
+                extra += wtime() - t2
         t2 = wtime()
         self.x[:] = self.alg.server_reduced(ss, lambda out: codec.decode_add(self.sums[-1], out, self.scale))
         t3 = wtime()
         self.alg.worker_sent(self.ws, codec.own_add)
         t4 = wtime()
         self._stepped()
-        return extra + t4 - t3, t2 - t0 - extra, t3 - t2, 0.0
+        return extra + t4 - t3, wait, up, t3 - t2, 0.0, 0.0
+
+    def floor_ops(self, per_iteration, d: int) -> list:
+        """One Allreduce per round, of the round's vector (its planned length and dtype)."""
+        dt = np.dtype(self.codec.dtype)
+        return [("allreduce", n * dt.itemsize, dt) for n in self.codec.lengths()]
 
     def state(self) -> dict:
         return self.codec.state()                  # PowerSGD's warm-start Q

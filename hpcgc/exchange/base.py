@@ -3,9 +3,16 @@ server step runs (``run.collective``). GRACE calls this role the *communicator*;
 communication hook. The loop (:mod:`hpcgc.run.loop`) calls, per iteration::
 
     msg = exchange.encode(ws)                       # timed as "compress"
-    extra, up, server, down = exchange.exchange(msg, ss)
+    extra, wait_up, up, server, wait_down, down = exchange.exchange(msg, ss)
                                                     # seconds: more compress work (PowerSGD between
-                                                    # its rounds), comm_up, server, comm_down
+                                                    # its rounds), wait_up, comm_up, server,
+                                                    # wait_down, comm_down
+
+``wait_*`` is the time a rank spends in a barrier (:meth:`Transport.sync`) just before the
+collective, when ``split`` is on (``run.wait_phases``, the default): idle time while other ranks
+are still computing, so that ``comm_*`` is the collective's own transfer time (as MPI profilers
+separate "late sender" time). With ``split`` off there is no barrier, ``wait_*`` is 0 and the
+waiting is inside ``comm_*``.
 
 and then :meth:`Exchange.control` on every rank (the per-iteration stop decision). Right after the
 server step, outside the timed phases, rank 0 calls ``on_step()`` (set by the run: it accounts the
@@ -22,7 +29,7 @@ import math
 import numpy as np
 
 from ..errors import ConfigError
-from ..transport import LENGTH_BYTES
+from ..transport import LEDGER, LENGTH_BYTES
 
 CONTINUE, STOP, DIVERGED = 0.0, 1.0, 2.0
 EMPTY = np.zeros(0, dtype=np.uint8)
@@ -38,6 +45,11 @@ def exploded(x) -> bool:
     """The divergence test applied after every step: a non-finite or exploding iterate."""
     sq = float(np.dot(x, x))
     return not math.isfinite(sq) or sq > 1e200
+
+
+def mean_bytes(per_iteration, rank: int, collective: str) -> int:
+    """Rank ``rank``'s mean bytes per iteration handed to ``collective`` (a ``LEDGER`` name)."""
+    return int(round(float(per_iteration[rank][LEDGER.index(collective)])))
 
 
 class Exchange:
@@ -63,6 +75,7 @@ class Exchange:
         self.holds_server = self.server_everywhere or transport.is_root
         self.msgs = []
         self.on_step = lambda: CONTINUE         # rank 0, after the server step (see the module doc)
+        self.split = True                       # a barrier before each collective (run.wait_phases)
 
     @classmethod
     def check(cls, *, alg_cls, compressor, server: str) -> None:
@@ -82,7 +95,21 @@ class Exchange:
         """The worker's message (byte payload by default)."""
         return self.alg.worker_encode(ws, self.rng)
 
-    def exchange(self, msg, ss) -> tuple[float, float, float, float]:
+    def exchange(self, msg, ss) -> tuple[float, float, float, float, float, float]:
+        raise NotImplementedError
+
+    def _messages(self, got):
+        """The received (buffer, counts, displs) as [(worker index, payload view)], kept in ``msgs``
+        for the untimed bit accounting."""
+        self.msgs = messages(got, self.worker_ranks)
+        return self.msgs
+
+    def floor_ops(self, per_iteration: np.ndarray, d: int) -> list:
+        """The collectives one iteration issues on this rank, as [(kind, bytes this rank contributes,
+        dtype)] for :meth:`hpcgc.transport.CollectiveTimer.sequence` (``python -m hpcgc.bench floor``):
+        from ``per_iteration`` = the transport's sender ledger (bytes per collective, ``LEDGER``
+        order) divided by the iterations done, per rank (``per_iteration[r]``: rank r's), i.e. the
+        run's mean message sizes."""
         raise NotImplementedError
 
     def _stepped(self):

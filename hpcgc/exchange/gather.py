@@ -1,7 +1,10 @@
 """``gather``: the parameter server (the default, as the seeds describe it).
 
+    wait_up    a barrier before the uplink (``run.wait_phases``): idle until the slowest rank has
+               its message (rank 0: waiting for the workers' gradients and compression)
     comm_up    Gather of one 4-byte length per rank + Gatherv of the payloads to rank 0
     server     rank 0 decodes, aggregates and steps (and compresses the downlink message, if any)
+    wait_down  a barrier before the downlink: the workers' idle time while rank 0 steps
     comm_down  Bcast of the new iterate (float64) and one control word from rank 0; with a
                compressed downlink (``run.downlink``, EF21-P, :mod:`.downlink`): Bcast of an 8-byte
                header (payload length, control word), Bcast of the payload, and every rank's
@@ -18,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..transport import DOWN_HEADER_BYTES, wtime
-from .base import CONTINUE, DIVERGED, EMPTY, Exchange, exploded, messages
+from .base import CONTINUE, DIVERGED, EMPTY, Exchange, exploded, mean_bytes
 
 
 class Gather(Exchange):
@@ -43,47 +46,60 @@ class Gather(Exchange):
     def exchange(self, msg, ss):
         if self.downlink is not None:
             return self._exchange_compressed(msg, ss)
-        t0 = wtime()
-        got = self.t.gather_payloads(msg)
-        t1 = wtime()
+        t, wait = self.t, self.split
+        t1 = t0 = wtime()
+        if wait:
+            t.sync()
+            t1 = wtime()
+        got = t.gather_payloads(msg)
+        t2 = wtime()
         if got is not None:
-            self.msgs = messages(got, self.worker_ranks)
-            self.xbuf[:-1] = self.alg.server_step(ss, self.msgs)
-            t2 = wtime()
+            xs = self.alg.server_step(ss, self._messages(got))
+            t3 = wtime()
+            self.xbuf[:-1] = xs
             control = self._stepped()
-            self.xbuf[-1] = DIVERGED if exploded(self.xbuf[:-1]) else control
+            self.xbuf[-1] = DIVERGED if exploded(xs) else control
         else:
-            t2 = t1
-        t3 = wtime()
-        self.t.bcast(self.xbuf)
-        t4 = wtime()
+            t3 = t2
+        t5 = t4 = wtime()
+        if wait:
+            t.sync()
+            t5 = wtime()
+        t.bcast(self.xbuf)
+        t6 = wtime()
         self.x[:] = self.xbuf[:-1]
-        return 0.0, t1 - t0, t2 - t1, t4 - t3
+        return 0.0, t1 - t0, t2 - t1, t3 - t2, t5 - t4, t6 - t5
 
     # -- compressed downlink (EF21-P) ---------------------------------------------------------------
     def _exchange_compressed(self, msg, ss):
-        t0 = wtime()
-        got = self.t.gather_payloads(msg)
-        t1 = wtime()
+        t, wait = self.t, self.split
+        t1 = t0 = wtime()
+        if wait:
+            t.sync()
+            t1 = wtime()
+        got = t.gather_payloads(msg)
+        t2 = wtime()
         payload, control = None, CONTINUE
         if got is not None:
-            self.msgs = messages(got, self.worker_ranks)
-            self.server_x = self.alg.server_step(ss, self.msgs)
+            self.server_x = self.alg.server_step(ss, self._messages(got))
             payload = self._compress_down(self.server_x)
-            t2 = wtime()
+            t3 = wtime()
             self.down_payload = EMPTY if payload is None else payload
             control = self._stepped()
             if payload is None:                        # diverged: nothing to send
                 payload, control = EMPTY, DIVERGED
         else:
-            t2 = t1
-        t3 = wtime()
-        payload, control = self.t.bcast_payload(payload, int(control))
+            t3 = t2
+        t5 = t4 = wtime()
+        if wait:
+            t.sync()
+            t5 = wtime()
+        payload, control = t.bcast_payload(payload, int(control))
         if control != DIVERGED:
             self._decode_down(payload)
-        t4 = wtime()
+        t6 = wtime()
         self.control_word = float(control)
-        return 0.0, t1 - t0, t2 - t1, t4 - t3
+        return 0.0, t1 - t0, t2 - t1, t3 - t2, t5 - t4, t6 - t5
 
     def _compress_down(self, xs):
         """Rank 0: the downlink payload C(x^{k+1} − w^k) (lossless: x^{k+1} itself); None when the
@@ -134,3 +150,12 @@ class Gather(Exchange):
 
     def _deliver(self, payload):
         return self.t.gather_payloads(payload)
+
+    def floor_ops(self, per_iteration, d: int) -> list:
+        """Gather + Gatherv of this rank's mean payload; Bcast of the d + 1 float64 (dense), or of
+        the 8-byte header and rank 0's mean downlink payload (compressed)."""
+        ops = [("gather", mean_bytes(per_iteration, self.t.rank, "Gatherv"), np.uint8)]
+        if self.downlink is None:
+            return ops + [("bcast", 8 * (d + 1), np.float64)]
+        payload = mean_bytes(per_iteration, 0, "Bcast") - DOWN_HEADER_BYTES
+        return ops + [("bcast", DOWN_HEADER_BYTES, np.uint8)] + ([("bcast", payload, np.uint8)] if payload > 0 else [])

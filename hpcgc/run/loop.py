@@ -2,8 +2,11 @@
 
 The exchange (:mod:`hpcgc.exchange`) carries the messages and runs the server step wherever the
 collective puts it; the observers (:mod:`hpcgc.run.observers`) watch from the iteration
-boundaries: ``lap`` after every iteration (timers, progress), ``evaluate`` at evaluation points
-(metrics, recording, stop rules; collective).
+boundaries: ``lap`` after every iteration (progress), the clock's ``lap`` (phase timers; the
+iteration's wall-clock ``iter`` runs from its start to just before the timers are written, so
+everything hpcgc does in between — bit accounting, stop decisions, the observers — is in it, as
+``other``), ``evaluate`` at evaluation points (metrics, recording, stop rules; collective;
+outside every timer).
 """
 from __future__ import annotations
 
@@ -16,18 +19,21 @@ def iterate(alg, ex, ws, ss, x, local, rng, *, iterations: int, eval_every: int,
     """Run iterations start+1 … ``iterations`` (start > 0: resumed from a checkpoint taken at an
     evaluation point); returns (iterations done, diverged)."""
     k, stop = start, watch.evaluate(0) if start == 0 else False
+    worker = ws is not None
     while not stop and k < iterations:
         t0 = wtime()
-        if ws is not None:
+        if worker:
             alg.worker_compute(ws, x, local, rng)          # gradient (or local steps)
         t1 = wtime()
         msg = ex.encode(ws)                                # compress
         t2 = wtime()
-        extra, up, server, down = ex.exchange(msg, ss)     # communicate, step (x updated in place)
+        extra, wait_up, up, server, wait_down, down = ex.exchange(msg, ss)   # communicate, step (x in place)
         k += 1
-        work = (t1 - t0, t2 - t1 + extra) if ws is not None else (0.0, 0.0)   # a dedicated server has none
-        watch.lap(k, (*work, up, server, down))
         control = ex.control()
+        watch.lap(k)                                       # observers (rank 0: progress line)
+        # a dedicated server has no gradient or compression; "other" = the rest of the wall-clock
+        watch.clock.lap(k, t1 - t0 if worker else 0.0, t2 - t1 + extra if worker else 0.0,
+                        wait_up, up, server, wait_down, down, wtime() - t0)
         if control == DIVERGED:
             return k, True
         if k % eval_every == 0 or k == iterations or control == STOP:

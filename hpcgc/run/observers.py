@@ -37,14 +37,19 @@ class Outcome:
 
 
 class Clock:
-    """Every rank: cumulative seconds per phase, and every iteration's phases when kept."""
+    """Every rank: cumulative seconds per phase (``PHASES``), and every iteration's phases when kept.
+
+    ``lap(k, grad, compress, wait_up, comm_up, server, wait_down, comm_down, wall)``: ``wall`` is
+    the iteration's wall-clock (``iter``); ``other`` = ``wall`` minus the seven measured phases (hpcgc's
+    own bookkeeping between them). The lap itself is the one thing after ``wall`` was read."""
 
     def __init__(self, iterations: int, keep: bool):
         self.totals = np.zeros(len(PHASES))
         self.per_iteration = np.zeros((iterations, len(PHASES))) if keep else None
 
-    def lap(self, k: int, phases):
-        row = (*phases, sum(phases))                     # "iter" = the sum of the method's phases
+    def lap(self, k: int, grad, compress, wait_up, comm_up, server, wait_down, comm_down, wall):
+        other = wall - (grad + compress + wait_up + comm_up + server + wait_down + comm_down)
+        row = (grad, compress, wait_up, comm_up, server, wait_down, comm_down, other, wall)
         self.totals += row
         if self.per_iteration is not None:
             self.per_iteration[k - 1] = row
@@ -137,7 +142,9 @@ class ProgressLine:
         self.crossed, self.ledger, self.last = crossed, ledger, np.nan
 
     def lap(self, k: int):
-        self.bar.update(k, self.last, self.ledger.wire[self.crossed].sum() / 8e6)
+        bar = self.bar                  # the MB sum only when the line is due (the lap is in every iteration)
+        if bar.enabled and time.monotonic() - bar.last >= bar.interval:
+            bar.update(k, self.last, self.ledger.wire[self.crossed].sum() / 8e6)
 
     def evaluate(self, k: int, row: dict) -> float:
         self.last = row.get("suboptimality", np.nan)
@@ -157,13 +164,13 @@ class Watch:
         self.metrics, self.observers = metrics, observers
         self.checkpoint = checkpoint          # a checkpoint.Checkpointer (due(k) on rank 0; call = collective save)
         self.ctrl = np.zeros(2)               # stop decision, checkpoint now
+        self._lappers = [o for o in observers if hasattr(o, "lap")]
         self.last_row = {}
 
-    def lap(self, k: int, phases):
-        self.clock.lap(k, phases)
-        for o in self.observers:
-            if hasattr(o, "lap"):
-                o.lap(k)
+    def lap(self, k: int):
+        """After iteration k, before its timers are written (the loop calls ``clock.lap`` next)."""
+        for o in self._lappers:
+            o.lap(k)
 
     def evaluate(self, k: int) -> bool:
         t = self.t

@@ -52,6 +52,9 @@ class RunSummary:
     median_iter_ms: float
     wire_over_model: float
     grad_ratio: float = np.nan          # ‖∇f(x)‖²/‖∇f(x⁰)‖² at the last evaluation (problems without f*)
+    floor_ms: float = np.nan            # the run's collectives alone, per iteration (--floor, hpcgc.floor)
+    floor_ratio: float = np.nan         # median_iter_ms / floor_ms
+    floor_collectives: str = ""         # the collective sequence the floor timed (rank 0's sizes)
 
 
 class Run:
@@ -59,6 +62,7 @@ class Run:
         self.rp, self.s, self.t = rp, setup, transport
         self.writer = writer
         self.show_progress = show_progress
+        self.floor = 0.0                # > 0: seconds to measure the run's collectives' floor after it (--floor)
         rc = rp.cfg
         self.r = rc["run"]
         s = setup
@@ -185,6 +189,8 @@ class Run:
         ex = exchange.get(r["collective"])(t, alg, s.worker_ranks, me, x,
                                            self.shared_rng if self.shared else self.rng,
                                            downlink=self.downlink, downlink_rng=self.down_rng)
+        ex.split = r["wait_phases"]
+        self.ex = ex
         ss = alg.server_init(x) if ex.holds_server else None
         one_time = self._one_time_upload(ex, ws, ss)
         crossed = np.array([rk != 0 or ex.server_everywhere for rk in s.worker_ranks])
@@ -229,9 +235,13 @@ class Run:
             outcome.end("diverged", f"non-finite or exploding iterate at iteration {done}")
         if root:
             bar.close()
-        return self._finish(rw, x, done, blew_up, clock, ledger, outcome, one_time, crossed, watch.last_row)
+        floor = None
+        if self.floor:
+            from ..floor import run_floor
+            floor = run_floor(self, t, done, seconds=self.floor)
+        return self._finish(rw, x, done, blew_up, clock, ledger, outcome, one_time, crossed, watch.last_row, floor)
 
-    def _finish(self, rw, x, done, blew_up, clock, ledger, outcome, one_time, crossed, last_row):
+    def _finish(self, rw, x, done, blew_up, clock, ledger, outcome, one_time, crossed, last_row, floor=None):
         """Tear-down (collective, untimed): sender-side ledger and per-iteration timings to rank 0,
         the run's tables, the summary."""
         s, t, r = self.s, self.t, self.r
@@ -261,8 +271,6 @@ class Run:
                 pr = per_rank.reshape(t.size, done, len(PHASES))
                 rw.write_table("per_iteration", {ph: pr[:, :, j].T.astype(np.float32)
                                                  for j, ph in enumerate(PHASES)})
-            rw.finish(outcome.status, outcome.reason, {"iterations_done": done, **self.checkpoint_cost},
-                      {"x_final": x})
         mean_ms = {ph: 1e3 * clock.totals[j] / max(done, 1) for j, ph in enumerate(PHASES)}
         if per_rank is not None and done:
             pr = per_rank.reshape(t.size, done, len(PHASES))
@@ -270,6 +278,13 @@ class Run:
             med_iter = 1e3 * float(np.median(pr[:, :, PHASES.index("iter")]))
         else:
             med_iter = mean_ms["iter"]
+        extra = {}
+        if floor is not None:
+            extra = {**floor, "floor_ratio": 1e-3 * med_iter / floor["floor_seconds"]
+                     if floor["floor_seconds"] > 0 else np.nan}
+        if rw is not None:
+            rw.finish(outcome.status, outcome.reason, {"iterations_done": done, **self.checkpoint_cost, **extra},
+                      {"x_final": x})
         model_total = ledger.model.sum()
         header = 8 * LENGTH_BYTES * n * done if r["collective"] != "allreduce" else 0
         return RunSummary(
@@ -279,7 +294,9 @@ class Run:
             mb_up=float(ledger.wire[crossed].sum()) / 8e6, phase_ms=mean_ms, median_iter_ms=med_iter,
             wire_over_model=float(ledger.wire.sum() - header) / model_total if model_total else np.nan,
             grad_ratio=(float(last_row.get("grad_norm_sq", np.nan)) / self.grad0
-                        if self.grad0 and outcome.status != "diverged" else np.nan))
+                        if self.grad0 and outcome.status != "diverged" else np.nan),
+            floor_ms=1e3 * extra.get("floor_seconds", np.nan), floor_ratio=extra.get("floor_ratio", np.nan),
+            floor_collectives=extra.get("floor_collectives", ""))
 
     def estimated_bytes(self) -> int:
         """Upper estimate of this run's share of the results file (checked against free space)."""

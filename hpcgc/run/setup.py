@@ -19,11 +19,11 @@ from ..exchange import downlink
 from ..models import MODEL_KINDS, ClassifierProblem, Model, check_mlp_size
 from ..problems import BINARY_KINDS, CONVEX_KINDS, Objective, cached_reference
 from ..problems import KINDS as LINEAR_KINDS
-from ..transport import Transport
+from ..transport import PHASES, Transport
 from .checkpoint import parse_every
 
 PROBLEM_KINDS = LINEAR_KINDS + MODEL_KINDS
-PER_ITERATION_BYTES = 6 * 8            # one float64 per phase per iteration (run.per_iteration_times)
+PER_ITERATION_BYTES = len(PHASES) * 8  # one float64 per phase per iteration (run.per_iteration_times)
 PER_ITERATION_LIMIT = 2**30
 
 # -- planning (identical on every rank, no data needed) -------------------------------------------

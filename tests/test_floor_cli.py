@@ -1,0 +1,57 @@
+"""``python -m hpcgc.bench floor`` under a real ``mpiexec -n 2`` and ``-n 4`` at small sizes: it runs,
+its table parses, its HDF5 file reads back with the floor attributes (a smoke test: no timings are
+asserted beyond being positive)."""
+from __future__ import annotations
+
+import pytest
+
+from hpcgc import results
+from tests.conftest import run_mpi
+
+
+def _show(p):
+    return f"exit {p.returncode}\n--- stdout\n{p.stdout[-4000:]}\n--- stderr\n{p.stderr[-4000:]}"
+
+
+def floor_rows(stdout: str) -> list[dict]:
+    """The rows of the floor table (the block after its 'run  algorithm ... ratio' header)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("run ") and " ratio " in line)
+    rows = []
+    for line in lines[start + 2:]:
+        if not line or line.startswith("#"):
+            break
+        f = line.split()
+        rows.append({"run": f[0], "algorithm": f[1], "compressor": f[2], "collective": f[3], "iters": int(f[4]),
+                     "median_ms": float(f[5]), "floor_ms": float(f[6]), "ratio": float(f[7]),
+                     "collectives": line[line.index(f[7]) + len(f[7]):].strip()})
+    return rows
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_floor_command_table_and_file(tmp_path, n):
+    out = tmp_path / "floor.h5"
+    p = run_mpi(n, ["-m", "hpcgc.bench", "floor", "--set", "run.iterations=30", "--set", "sweep.algorithm=[\"diana\"]",
+                    "--set", "sweep.compressor=[\"qsgd:s=2\", \"randk:k=6\"]", "--floor-seconds", "0.05",
+                    "-q", "-o", str(out)], timeout=300)
+    assert p.returncode == 0, _show(p)
+    rows = floor_rows(p.stdout)
+    runs = results.load(out)
+    assert [r["run"] for r in rows] == [r.run_id[:3] for r in runs] and len(rows) == 2
+    for row, run in zip(rows, runs):
+        d = run.attrs["d"]
+        assert row["collective"] == "gather" and row["iters"] == run.attrs["iterations_done"] == 30
+        assert row["floor_ms"] > 0 and row["median_ms"] > 0
+        assert row["ratio"] == pytest.approx(row["median_ms"] / row["floor_ms"], rel=0.02, abs=0.01)
+        assert run.attrs["floor_ratio"] == pytest.approx(row["ratio"], abs=0.006)
+        assert row["collectives"] == run.attrs["floor_collectives"]
+        assert row["collectives"].startswith("gather ") and row["collectives"].endswith(f"bcast {8 * (d + 1)} B")
+        assert set(run.time) >= {"wait_up", "wait_down", "other", "iter"}
+
+
+def test_bad_floor_seconds_is_one_message_exit_2_no_file(tmp_path):
+    out = tmp_path / "x.h5"
+    p = run_mpi(2, ["-m", "hpcgc.bench", "floor", "--floor-seconds", "0", "-o", str(out)], timeout=120)
+    assert p.returncode == 2, _show(p)
+    assert p.stderr.count("hpcgc: error: --floor-seconds must be > 0, got 0.0") == 1, _show(p)
+    assert not list(tmp_path.glob("x.h5*"))
