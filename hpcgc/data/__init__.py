@@ -15,7 +15,8 @@ Data set specifications accepted by :func:`load`:
   every feature min-max scaled to [-1, 1];
 * ``libsvm:<path>[,key=value...]`` (or just an existing path): a LIBSVM/svmlight file, read with
   :func:`sklearn.datasets.load_svmlight_file`; ``.gz``/``.bz2`` files are decompressed;
-* ``synthetic:<kind>[,key=value...]`` with kind ``logreg``, ``ridge`` or ``multiclass``.
+* ``synthetic:<kind>[,key=value...]`` with kind ``logreg``, ``ridge`` or ``multiclass`` (dense),
+  or ``sparse`` (sparse high-dimensional, Zipf feature frequencies: :mod:`hpcgc.data.sparse`).
 
 User mistakes raise :class:`~hpcgc.errors.ConfigError` (bad name, option or value) or
 :class:`~hpcgc.errors.DataError` (missing/unreadable/malformed file, impossible partition).
@@ -36,7 +37,8 @@ from .partitions import (
     skew_volumes,
 )
 from .readers import LIBSVM_PREFIX
-from .specs import available, check_spec, describe, load
+from .sparse import SparseGenerator, zipf_exponent
+from .specs import available, check_spec, describe, load, sparse_generator
 
 __all__ = [
     "LIBSVM_PREFIX",
@@ -45,6 +47,7 @@ __all__ = [
     "SYNTHETIC_KINDS",
     "SYNTHETIC_PREFIX",
     "Dataset",
+    "SparseGenerator",
     "available",
     "check_spec",
     "describe",
@@ -54,4 +57,6 @@ __all__ = [
     "partition",
     "partition_schemes",
     "skew_volumes",
+    "sparse_generator",
+    "zipf_exponent",
 ]

@@ -89,7 +89,7 @@ def _load_synthetic(rest):
     kind = tokens[0].strip().lower()
     if kind not in SYNTHETIC_KINDS:
         raise ConfigError(
-            f"unknown synthetic kind {tokens[0].strip()!r} (valid kinds: {', '.join(SYNTHETIC_KINDS)})"
+            f"unknown synthetic kind {tokens[0].strip()!r} (valid kinds: {', '.join(SYNTHETIC_KINDS)}, sparse)"
         )
     opts = _parse_synthetic_options(kind, tokens[1:])
     X, y, groups = generate_synthetic(kind, **opts)

@@ -12,13 +12,17 @@ from .dataset import Dataset
 from .generators import SYNTHETIC_KINDS, SYNTHETIC_PREFIX, _load_synthetic
 from .partitions import _parse_scheme
 from .readers import LIBSVM_PREFIX, _display_path, _load_libsvm, _split_path_and_options
+from .sparse import SPARSE_KIND, SparseGenerator, describe_row, parse_sparse_options
+
+#: every ``synthetic:<kind>``: the dense generators and the sparse one
+KINDS = (*SYNTHETIC_KINDS, SPARSE_KIND)
 
 
 def _unknown(spec, extra=""):
     return ConfigError(
         f"unknown data set {spec!r}{extra}: built-in data sets are {', '.join(_BUILTINS)}; "
         f"or use {LIBSVM_PREFIX}<path> for a LIBSVM/svmlight file, or "
-        f"{SYNTHETIC_PREFIX}<kind>[,key=value...] with kind {', '.join(SYNTHETIC_KINDS)}"
+        f"{SYNTHETIC_PREFIX}<kind>[,key=value...] with kind {', '.join(KINDS)}"
     )
 
 
@@ -37,9 +41,12 @@ def check_spec(spec, partition_scheme=None) -> None:
         raise ConfigError("empty data set name")
     low = text.lower()
     if low.startswith(SYNTHETIC_PREFIX):
-        kind = text[len(SYNTHETIC_PREFIX):].split(",")[0].strip().lower()
-        if kind not in SYNTHETIC_KINDS:
+        kind, *tokens = text[len(SYNTHETIC_PREFIX):].split(",")
+        kind = kind.strip().lower()
+        if kind not in KINDS:
             raise _unknown(text)
+        if kind == SPARSE_KIND:              # cheap: bad options (nnz > d, ...) fail at validate
+            parse_sparse_options(tokens)
         return
     if low.startswith(LIBSVM_PREFIX):
         path_text, _ = _split_path_and_options(text[len(LIBSVM_PREFIX):])
@@ -73,6 +80,9 @@ def load(spec) -> Dataset:
     if low.startswith(LIBSVM_PREFIX):
         path_text, tokens = _split_path_and_options(text[len(LIBSVM_PREFIX) :])
         return _load_libsvm(path_text, tokens)
+    gen = sparse_generator(text)
+    if gen is not None:
+        return gen.dataset()
     if low.startswith(SYNTHETIC_PREFIX):
         return _load_synthetic(text[len(SYNTHETIC_PREFIX) :])
     head, *tokens = text.split(",")
@@ -88,7 +98,21 @@ def load(spec) -> Dataset:
 
 def available() -> list[str]:
     """Built-in names, then the ``libsvm:<path>`` template and the loadable synthetic kinds."""
-    return [*_BUILTINS, LIBSVM_PREFIX + "<path>", *(SYNTHETIC_PREFIX + k for k in SYNTHETIC_KINDS)]
+    return [*_BUILTINS, LIBSVM_PREFIX + "<path>", *(SYNTHETIC_PREFIX + k for k in KINDS)]
+
+
+def sparse_generator(spec) -> SparseGenerator | None:
+    """The generator of a ``synthetic:sparse,...`` specification (options checked), else None:
+    what lets every rank generate its own rows (:meth:`SparseGenerator.subset`)."""
+    if not isinstance(spec, str):
+        return None
+    text = spec.strip()
+    if not text.lower().startswith(SYNTHETIC_PREFIX):
+        return None
+    kind, *tokens = text[len(SYNTHETIC_PREFIX):].split(",")
+    if kind.strip().lower() != SPARSE_KIND:
+        return None
+    return SparseGenerator.from_tokens(tokens)
 
 
 def describe() -> list[tuple[str, str]]:
@@ -122,4 +146,5 @@ def describe() -> list[tuple[str, str]]:
             "labels 0..classes-1 from per-cluster softmax models",
         )
     )
+    rows.append(describe_row())
     return rows
