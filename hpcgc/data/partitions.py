@@ -90,6 +90,13 @@ def _parse_scheme(scheme):
     return order or "iid", alpha, skew
 
 
+def needs_rows(scheme: str) -> bool:
+    """Whether a scheme looks at the rows (labels, norms): label-sorted, norm-sorted, dirichlet. The
+    others (iid, contiguous, with skew or sizes) need only the row count, so every rank can compute
+    them alone and generate its own rows (``problem.reference = "none"``)."""
+    return _parse_scheme(scheme)[0] not in ("iid", "contiguous")
+
+
 def skew_volumes(n_workers: int, s: float) -> np.ndarray:
     """DAGC's intended volume fractions: ``logspace(log10 s, 0, n-1)`` with its last value repeated,
     normalized to sum 1 (decreasing; the two smallest equal; s = 1 ⇒ equal; n ≤ 2 ⇒ equal)."""

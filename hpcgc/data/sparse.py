@@ -14,7 +14,8 @@ Model (``docs/data.md``), for a seed s:
 Rows are generated in blocks of :data:`BLOCK_ROWS`; block b draws from
 ``SeedSequence(seed, spawn_key=(SAMPLE_STREAM, b))`` and w* from
 ``SeedSequence(seed, spawn_key=(MODEL_STREAM,))``. Any rank can therefore produce exactly rows
-i..j (or any row set) without producing the others, and the rows do not depend on n.
+i..j (or any row set) without producing the others; a block is always drawn whole, so the rows
+do not depend on n.
 """
 
 from __future__ import annotations
@@ -116,13 +117,16 @@ class SparseGenerator:
         m = min(self.n, lo + BLOCK_ROWS) - lo
         w = self._planted()
         rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(SAMPLE_STREAM, b)))
-        idx = self._draw(rng, m)
-        vals = rng.lognormal(0.0, 0.5, size=(m, self.nnz))
+        # a whole block is drawn even when n ends inside it: a row never depends on n
+        idx = self._draw(rng, BLOCK_ROWS)
+        vals = rng.lognormal(0.0, 0.5, size=(BLOCK_ROWS, self.nnz))
+        u = rng.random(BLOCK_ROWS)
+        idx, vals, u = idx[:m], vals[:m], u[:m]
         vals /= np.sqrt(np.einsum("ij,ij->i", vals, vals))[:, None]
         vals = np.maximum(np.round(vals, DECIMALS), 10.0 ** -DECIMALS)
         margin = self.snr * np.einsum("ij,ij->i", vals, w[idx])
         prob = 0.5 * (1.0 + np.tanh(0.5 * margin))          # σ(margin), overflow-free
-        y = np.where(rng.random(m) < prob, 1.0, -1.0)
+        y = np.where(u < prob, 1.0, -1.0)
         return idx, vals, y
 
     def _draw(self, rng, m: int) -> np.ndarray:
