@@ -57,6 +57,8 @@ commands (each has --help, e.g. `hpcgc report --help`):
   collectives  OSU-style sweep of the MPI collectives hpcgc uses (Gather+Gatherv, Bcast, Allreduce,
             Allgatherv), 4 B .. 256 MiB per rank, with fitted latency alpha and inverse bandwidth beta:
             mpiexec -n 4 hpcgc collectives   (docs/collectives.md)
+  generate  write a generated data set as a LIBSVM file (same spec, same bytes):
+            hpcgc generate synthetic:sparse,n=100000,d=1048576,nnz=40,zipf=1.1 -o sparse.svm
   report    figures, tables and a self-contained report.html from results files (docs/analysis.md;
             needs the analysis extra: pip install "hpcgc[analysis]")
   project   the projected time-to-epsilon on other networks (docs/projection.md)
@@ -337,6 +339,13 @@ def main(argv=None) -> int:
         from . import micro
         try:
             return micro.main(argv[1:])
+        except UserError as exc:
+            _print_error(exc)
+            return 2
+    if argv[:1] == ["generate"]:          # write a generated data set as LIBSVM (no MPI)
+        from .data import generate
+        try:
+            return generate.main(argv[1:])
         except UserError as exc:
             _print_error(exc)
             return 2

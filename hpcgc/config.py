@@ -77,6 +77,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
                      "docs/methods.md)", check=(_positive, "> 0")),
         "l2": Key(_NUM, 1e-2, "weight λ of (λ/2)‖x‖² (strong convexity μ = λ)", check=(_nonneg, ">= 0")),
         "l1": Key(_NUM, 0.0, "weight of l1‖x‖₁, applied by prox on the server", check=(_nonneg, ">= 0")),
+        "reference": Key(str, "solve", "'solve': rank 0 holds the whole data set, solves f* and evaluates on it; "
+                         "'none': no f*, loss and ‖∇f‖² by a reduction over the shards, rank 0 holds only its "
+                         "shard (synthetic:sparse generated per rank; docs/data.md)", choices=("solve", "none")),
     },
     "run": {
         "algorithm": Key(str, "diana", "dcgd | diana | ef | ef21 | local-sgd | dcgd+ | diana+ (see `python -m hpcgc.bench list`)"),

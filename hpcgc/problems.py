@@ -159,16 +159,22 @@ class Objective:
 
 
 def weighted_gram_lambda_max(A, w) -> float:
-    """λ_max(Aᵀ diag(w) A) for w ≥ 0, dense eigvalsh for small d, Lanczos otherwise."""
+    """λ_max(Aᵀ diag(w) A) for w ≥ 0 from the smaller of the Gram matrices BᵀB (d × d) and BBᵀ
+    (m × m), B = diag(√w) A (same nonzero spectrum): dense eigvalsh when that side is small,
+    Lanczos otherwise. A shard of m ≪ d rows thus never needs d × d memory or d-sized Lanczos bases."""
     sw = np.sqrt(w)
     B = (sp.diags(sw) @ A) if sp.issparse(A) else A * sw[:, None]
-    d = A.shape[1]
-    if d <= DENSE_EIG_MAX_DIM:
-        G = (B.T @ B)
+    m, d = A.shape
+    small = min(m, d)
+    if small <= DENSE_EIG_MAX_DIM:
+        G = (B @ B.T) if m < d else (B.T @ B)
         G = G.toarray() if sp.issparse(G) else G
-        return float(np.linalg.eigvalsh(G)[-1])
+        return float(np.linalg.eigvalsh(G)[-1]) if small else 0.0
     import scipy.sparse.linalg  # large d only: most worker ranks never need it
-    op = scipy.sparse.linalg.LinearOperator((d, d), matvec=lambda v: B.T @ (B @ v), dtype=np.float64)
+    if m < d:
+        op = scipy.sparse.linalg.LinearOperator((m, m), matvec=lambda v: B @ (B.T @ v), dtype=np.float64)
+    else:
+        op = scipy.sparse.linalg.LinearOperator((d, d), matvec=lambda v: B.T @ (B @ v), dtype=np.float64)
     return float(scipy.sparse.linalg.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=1e-10)[0])
 
 

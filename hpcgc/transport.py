@@ -180,6 +180,15 @@ class Transport:
         infrastructure, like the timer gathers: excluded from the bit ledger and the phase timers."""
         self.comm.Bcast(buf, root=ROOT)
 
+    def allreduce_sum_measure(self, vec: np.ndarray) -> np.ndarray:
+        """Sum a contiguous float64 buffer over all ranks, in place, for an evaluation (the loss and
+        gradient of the shards, ``problem.reference = "none"``). Measurement traffic: not in the
+        bit ledger."""
+        if vec.dtype != np.float64 or not vec.flags.c_contiguous:
+            raise TypeError("allreduce_sum_measure needs a contiguous float64 buffer")
+        self.comm.Allreduce(MPI.IN_PLACE, vec, op=MPI.SUM)
+        return vec
+
     # -- set-up / tear-down (small, may pickle) ---------------------------------------------------
     def barrier(self):
         self.comm.Barrier()

@@ -57,6 +57,21 @@ class RunSummary:
     floor_collectives: str = ""         # the collective sequence the floor timed (rank 0's sizes)
 
 
+class ShardWatch(Watch):
+    """The loop's observer hub when the metrics are a reduction over the shards
+    (``problem.reference = "none"``): every rank takes part in :meth:`Run._reduce` at each
+    evaluation point, then rank 0 builds the row from its result as usual."""
+
+    def __init__(self, *args, reduce, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.reduce = reduce
+        self.metrics = lambda: dict(self._reduced)
+
+    def evaluate(self, k: int) -> bool:
+        self._reduced = self.reduce()
+        return super().evaluate(k)
+
+
 class Run:
     def __init__(self, rp: RunPlan, setup: Setup, transport: Transport, writer=None, show_progress=False):
         self.rp, self.s, self.t = rp, setup, transport
@@ -148,7 +163,8 @@ class Run:
             raise result
         return result
 
-    # metrics are computed on rank 0 only, on the global objective, outside the timed phases
+    # metrics are computed on rank 0, on the global objective, outside the timed phases; with
+    # problem.reference = "none" every rank first reduces its shard's loss and gradient (_reduce)
     def _metrics(self, x, x0_dist):
         """Loss on the training data (all shards), f − f* and ‖x − x*‖² where an optimum exists,
         accuracy on the test split if there is one (else on the training data)."""
@@ -171,6 +187,41 @@ class Run:
                 out["accuracy"] = binary_accuracy(s.test, x)
         elif "train_accuracy" in out:
             out["accuracy"] = out["train_accuracy"]
+        return out
+
+    def _reduce(self, x) -> dict | None:
+        """Collective (every rank): the loss, ‖∇f‖² and training accuracy of the global objective at
+        rank 0's ``x``, as a reduction over the workers' shards (``problem.reference = "none"``).
+
+        f = Σ_i w_i f_i with w_i = 1/n (linear kinds: the global objective weighs worker i's rows by
+        1/(n·m_i)) or m_i/N (classifiers: the mean over all rows); ∇f likewise; one Allreduce of
+        d + 3 floats, not in the bit ledger. Rank 0 gets the metrics dict, the others None."""
+        s, t = self.s, self.t
+        d = s.d
+        xb = np.array(x, dtype=np.float64)
+        t.bcast_control(xb)                  # the workers may hold another copy (compressed downlink)
+        buf = np.zeros(d + 3)
+        local = s.local
+        if local is not None:
+            m = local.A.shape[0]
+            wt = m / float(s.samples.sum()) if s.model is not None else 1.0 / s.n_workers
+            np.multiply(local.grad(xb), wt, out=buf[:d])
+            buf[d] = wt * local.full_loss(xb)
+            if s.model is not None:
+                buf[d + 1] = local.accuracy(xb) * m
+            elif local.kind in BINARY_KINDS:
+                buf[d + 1] = binary_accuracy(local, xb) * m
+            buf[d + 2] = m
+        xb = None
+        total = t.allreduce_sum_measure(buf)
+        if not t.is_root:
+            return None
+        g = total[:d]
+        out = {"loss": float(total[d]), "grad_norm_sq": float(np.dot(g, g)), "suboptimality": np.nan,
+               "dist_to_opt": np.nan}
+        if s.model is not None or (local is not None and local.kind in BINARY_KINDS) or \
+                (local is None and self.rp.cfg["problem"]["kind"] in BINARY_KINDS):
+            out["train_accuracy"] = out["accuracy"] = float(total[d + 1] / total[d + 2])
         return out
 
     def execute(self, resume: bytes | None = None) -> RunSummary | None:
@@ -197,6 +248,8 @@ class Run:
         t.reset_ledger()
         t.barrier()
 
+        sharded = s.global_obj is None       # problem.reference = "none": metrics by reduction (collective)
+        red0 = self._reduce(self.x0) if sharded else None
         clock = Clock(r["iterations"], r["per_iteration_times"])
         outcome, ledger, observers, rw, bar, rules, budgets, policy = Outcome(), None, [], None, None, None, None, None
         if root:
@@ -204,8 +257,11 @@ class Run:
             budgets = Budgets(r, ledger, outcome)
             x0_dist = float(np.sum((x - s.opt.x) ** 2)) if s.opt is not None else 0.0
             bar = ProgressLine(self.rp.run_id, r["iterations"], self.show_progress, crossed, ledger)
-            g0 = s.global_obj.grad(self.x0) if s.opt is None else None    # no f*: tolerance on ‖∇f‖²/‖∇f(x⁰)‖²
-            grad0 = self.grad0 = None if g0 is None else float(np.dot(g0, g0))
+            if sharded:                                                   # no f*: tolerance on ‖∇f‖²/‖∇f(x⁰)‖²
+                grad0 = self.grad0 = red0["grad_norm_sq"]
+            else:
+                g0 = s.global_obj.grad(self.x0) if s.opt is None else None
+                grad0 = self.grad0 = None if g0 is None else float(np.dot(g0, g0))
             rules = StopRules(r, s.opt is not None, outcome, None if ex.carries_control else budgets, grad0)
             policy = Policy(r["checkpoint_every"], outcome)
 
@@ -222,8 +278,13 @@ class Run:
             observers = [Recorder(self.writer, rw, outcome), rules, bar]
 
         saver = Checkpointer(t, state, policy, rw)
-        watch = Watch(t, clock, ledger, lambda: self._metrics(ex.iterate(), x0_dist), observers, checkpoint=saver,
-                      evals=lambda: alg.grad_evals(ws) if ws is not None else np.nan)
+        evals = (lambda: alg.grad_evals(ws) if ws is not None else np.nan)
+        if sharded:
+            watch = ShardWatch(t, clock, ledger, None, observers, checkpoint=saver, evals=evals,
+                               reduce=lambda: self._reduce(ex.iterate()))
+        else:
+            watch = Watch(t, clock, ledger, lambda: self._metrics(ex.iterate(), x0_dist), observers,
+                          checkpoint=saver, evals=evals)
         done, blew_up = iterate(alg, ex, ws, ss, x, s.local, self.rng, iterations=r["iterations"],
                                 eval_every=r["eval_every"], watch=watch, start=start)
         self.checkpoint_cost = saver.cost
@@ -324,9 +385,13 @@ class Run:
              "server": r["server"], "collective": r["collective"],
              "exchange_rounds": self.exchange_rounds, "f_star": s.opt.f if s.opt else np.nan,
              "x_star_grad_norm": s.opt.grad_norm if s.opt else np.nan,
-             "f_star_method": s.opt.method if s.opt else "none (nonconvex or no reference)", "L_max": s.L_max, "setup_seconds": s.setup_seconds,
+             "f_star_method": s.opt.method if s.opt else ("none (problem.reference = 'none')"
+                                                         if s.reference == "none" else "none (nonconvex or no reference)"),
+             "L_max": s.L_max, "setup_seconds": s.setup_seconds,
              "iterations": r["iterations"], "eval_every": r["eval_every"], "batch": r["batch"],
              "stop_measure": "f - f*" if s.opt else "grad_norm_sq / grad_norm_sq[0]",
+             "reference": s.reference,
+             "evaluation": ("reduction over the shards" if s.global_obj is None else "rank 0, whole data set"),
              "downlink": downlink.DENSE}
         if self.downlink is not None:
             a.update(self.downlink.describe())
