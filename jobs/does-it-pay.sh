@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
 # does-it-pay.sh - run jobs/experiments/does-it-pay.toml on shared memory and on emulated clusters
 # with slow per-node links (scripts/emulated-cluster.sh, docs/emulated-cluster.md), measuring the
-# collectives (α, β) in every setting beside the runs. DRAFT (issue 13, part 4).
+# collectives (α, β) in every setting beside the runs, then the break-even report with its
+# model-vs-measured check per setting and experiment (issue 13, part 4; docs/does-it-pay.md).
 #
 # usage: bash jobs/does-it-pay.sh [--np "4 8"] [--rates "1gbit 100mbit"] [--no-shm] [--out DIR]
+#                                 [--exp "does-it-pay does-it-pay-mlp"]
 #                                 [-- hpcgc.bench options, e.g. --set run.iterations=50]
 #   --np      rank counts (one emulated node per rank)        default: 4
 #   --rates   link rates of the emulated clusters (tc rates)   default: "1gbit 100mbit"
 #   --no-shm  skip the shared-memory setting
 #   --out     results directory                                default: results/does-it-pay
-# Per setting S (shm, emu-1gbit, ...) and rank count N it writes DIR/S-nN.h5 (the runs) and
-# DIR/S-nN-collectives.h5 (`collectives`, same ranks, same links). The emulated settings need root
+#   --exp     experiment files (jobs/experiments/E.toml)       default: does-it-pay does-it-pay-mlp
+# Per setting S (shm, emu-1gbit, ...), rank count N and experiment E it writes DIR/S-nN-E.h5 (the
+# runs), DIR/S-nN-collectives.h5 (`collectives`, same ranks, same links) and DIR/S-nN-E/ (`hpcgc
+# breakeven` with check.csv: model against measurement). The emulated settings need root
 # (or CAP_NET_ADMIN + CAP_SYS_ADMIN); each cluster is removed again, also when a run fails.
 # On a real cluster use jobs/does-it-pay.sbatch / jobs/submit.sh instead.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-EXP=jobs/experiments/does-it-pay.toml
+EXPS="does-it-pay does-it-pay-mlp"
 NPS="4" RATES="1gbit 100mbit" SHM=1 OUT=results/does-it-pay BENCH=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -24,8 +28,9 @@ while [ $# -gt 0 ]; do
     --rates) RATES=$2; shift 2 ;;
     --no-shm) SHM=0; shift ;;
     --out) OUT=$2; shift 2 ;;
+    --exp) EXPS=$2; shift 2 ;;
     --) shift; BENCH=("$@"); break ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "does-it-pay: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -34,14 +39,35 @@ command -v mpiexec >/dev/null || { echo "does-it-pay: error: mpiexec not found (
 export NUMBA_NUM_THREADS=${NUMBA_NUM_THREADS:-1} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export MPIEXEC_TIMEOUT=${MPIEXEC_TIMEOUT:-14400}
 mkdir -p "$OUT"
-python -m hpcgc.bench validate --config "$EXP" "${BENCH[@]}" >/dev/null   # bad input: stop before anything runs
-COLL=(-m hpcgc.bench collectives --max-size 16M --max-seconds 0.5)
+for e in $EXPS; do   # bad input: stop before anything runs
+  python -m hpcgc.bench validate --config "jobs/experiments/$e.toml" "${BENCH[@]}" >/dev/null
+done
+COLL=(-m hpcgc.bench collectives --max-size 8M --max-seconds 0.5)
+
+experiments() {   # experiments SETTING N LAUNCH...: every experiment file, then its break-even report
+  local setting=$1 n=$2 e; shift 2
+  for e in $EXPS; do
+    echo "does-it-pay: $setting, n = $n: $e   (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
+    "$@" -n "$n" python -m hpcgc.bench --config "jobs/experiments/$e.toml" "${BENCH[@]}" \
+      -o "$OUT/$setting-n$n-$e.h5" || return
+  done
+}
+
+report() {        # report SETTING N: break-even + model-vs-measured check of every experiment
+  local setting=$1 n=$2 e
+  for e in $EXPS; do
+    python -m hpcgc breakeven "$OUT/$setting-n$n-$e.h5" --collectives "$OUT/$setting-n$n-collectives.h5" \
+      -o "$OUT/$setting-n$n-$e" > "$OUT/$setting-n$n-$e.breakeven.txt" || return
+    echo "does-it-pay: report in $OUT/$setting-n$n-$e/breakeven.md (check.csv: model against measurement)"
+  done
+}
 
 for n in $NPS; do
   if [ "$SHM" = 1 ]; then
     echo "does-it-pay: shared memory, n = $n"
     mpiexec -n "$n" python "${COLL[@]}" -o "$OUT/shm-n$n-collectives.h5"
-    mpiexec -n "$n" python -m hpcgc.bench --config "$EXP" "${BENCH[@]}" -o "$OUT/shm-n$n.h5"
+    experiments shm "$n" mpiexec
+    report shm "$n"
   fi
   for rate in $RATES; do
     name=hpcgc-dip-$$-$n-$rate
@@ -52,14 +78,12 @@ for n in $NPS; do
     {
       bash scripts/emulated-cluster.sh run --name "$name" -- -n "$n" python "${COLL[@]}" \
         -o "$OUT/emu-$rate-n$n-collectives.h5" &&
-      bash scripts/emulated-cluster.sh run --name "$name" -- -n "$n" python -m hpcgc.bench \
-        --config "$EXP" "${BENCH[@]}" -o "$OUT/emu-$rate-n$n.h5"
+      experiments "emu-$rate" "$n" bash scripts/emulated-cluster.sh run --name "$name" --
     } || status=$?
     bash scripts/emulated-cluster.sh down --name "$name"
     trap - EXIT
     [ "$status" = 0 ] || { echo "does-it-pay: error: $n nodes at $rate failed (exit $status)" >&2; exit "$status"; }
+    report "emu-$rate" "$n"
   done
 done
 echo "does-it-pay: results in $OUT/"
-# TODO(issue 13, part 2): the break-even report over $OUT/*.h5 with each setting's collectives file,
-# and the model-vs-measured time-to-target per run, once the report command has landed.

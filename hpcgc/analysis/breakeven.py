@@ -185,16 +185,18 @@ def op_coefficients(op: str, nbytes, n):
     raise ValueError(f"unknown operation {op!r}")
 
 
-def exchange_coefficients(collective: str, up_bytes, down_bytes, n, rounds: int = 1, down_bcasts: int = 1):
-    """(a, b, g) of one iteration of a run under ``collective`` at n processes; ``up_bytes``: what
-    each worker hands to MPI per iteration (under gather/allgather the 4-byte length word included),
-    ``down_bytes``: the Bcast buffers of the iteration."""
+def exchange_parts(collective: str, up_bytes, down_bytes, n, rounds: int = 1, down_bcasts: int = 1):
+    """The operations of one iteration of a run under ``collective`` at n processes, as
+    ``[(op, (a, b, g)), ...]`` with ``op`` the ``bench collectives`` operation that measures that
+    part (``allreduce``, ``allgather``, ``gather``, ``bcast``); ``up_bytes``: what each worker hands to
+    MPI per iteration (under gather/allgather the 4-byte length word included), ``down_bytes``: the
+    Bcast buffers of the iteration."""
     if collective == "allreduce":
         a, b, g = cm.coefficients("allreduce", np.asarray(up_bytes, float) / rounds, n)
-        return a * rounds, b * rounds, g * rounds
+        return [("allreduce", (a * rounds, b * rounds, g * rounds))]
     payload = max(float(up_bytes) - LENGTH_BYTES, 0.0)
     if collective == "allgather":
-        return op_coefficients("allgather", payload, n)
+        return [("allgather", op_coefficients("allgather", payload, n))]
     if collective != "gather":
         raise ValueError(f"unknown collective {collective!r}")
     up = op_coefficients("gather", payload, n)
@@ -203,7 +205,13 @@ def exchange_coefficients(collective: str, up_bytes, down_bytes, n, rounds: int 
     else:                               # header, then the payload
         down = _add(cm.coefficients("bcast", HEADER_BYTES, n),
                     cm.coefficients("bcast", max(float(down_bytes) - HEADER_BYTES, 0.0), n))
-    return _add(up, down)
+    return [("gather", up), ("bcast", down)]
+
+
+def exchange_coefficients(collective: str, up_bytes, down_bytes, n, rounds: int = 1, down_bcasts: int = 1):
+    """(a, b, g) of one iteration of a run under ``collective`` at n processes (the sum of
+    :func:`exchange_parts`)."""
+    return _add(*(abg for _, abg in exchange_parts(collective, up_bytes, down_bytes, n, rounds, down_bcasts)))
 
 
 def _median(v) -> float:
@@ -319,6 +327,7 @@ class Latency:
     machine_gbps: float = float("nan")  # the file's point-to-point bandwidth estimate (median)
     ranks: int | None = None
     notes: list = field(default_factory=list)
+    per_op: dict = field(default_factory=dict)   # op -> (α, β) point to point, from that op's own fit
 
 
 def latency_from_collectives(path) -> Latency:
@@ -352,7 +361,8 @@ def latency_from_collectives(path) -> Latency:
     src = (f"{path} (n = {n}): median of " +
            ", ".join(f"{op} {a * 1e6:.3g} µs" for op, a in alphas.items()))
     gb = float(beta_to_gbps(np.median(list(betas.values())))) if betas else float("nan")
-    return Latency(alpha, src, gb, n, notes)
+    per_op = {op: (alphas[op], betas[op]) for op in alphas if op in betas}
+    return Latency(alpha, src, gb, n, notes, per_op)
 
 
 # -- the report ------------------------------------------------------------------------------------
@@ -375,6 +385,7 @@ class Report:
     rows: list = field(default_factory=list)
     n_rows: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    models: list = field(default_factory=list)
 
 
 def bandwidth_sweep(lo: float, hi: float, points: int) -> np.ndarray:
@@ -402,6 +413,7 @@ def build(results, latency: Latency, gbps, n_max: int = 1024, eps=None, metric=N
     for m in models:
         panels.setdefault(m.panel, []).append(m)
     rep = Report(target, latency, np.asarray(gbps, float), [], gamma, {}, notes=list(coll.notes) + latency.notes)
+    rep.models = models
     powers = [2 ** i for i in range(1, int(math.log2(n_max)) + 1)]
     for panel, ms in panels.items():
         bases = [m for m in ms if m.baseline]
@@ -442,6 +454,88 @@ def build(results, latency: Latency, gbps, n_max: int = 1024, eps=None, metric=N
                                    "break_even": be.kind, "break_even_gbps": be.gbps})
         rep.ns = ns
     return rep
+
+
+# -- the model checked against measured runs --------------------------------------------------------
+CHECK_TOLERANCE = 0.25          # |measured / predicted − 1| above this is marked
+CHECK_COLUMNS = ("panel", "method", "collective", "ranks", "run_id", "up_to", "iterations",
+                 "measured_s", "predicted_s", "ratio", "mark", "predicted_s_median_ab", "ratio_median_ab",
+                 "compute_s", "alpha_beta")
+CHECK_MD_COLUMNS = ("method", "collective", "ranks", "up_to", "iterations", "measured_s", "predicted_s",
+                    "ratio", "mark", "ratio_median_ab", "alpha_beta")
+
+
+def op_alpha_beta(latency: Latency, op: str) -> tuple[float, float]:
+    """(α, β) point to point for the part of an iteration that ``op`` measures: from that
+    operation's own fit in the collectives file, else the medians (α, and β of the file's bandwidth)."""
+    if op in latency.per_op:
+        return latency.per_op[op]
+    return latency.alpha, float(gbps_to_beta(latency.machine_gbps))
+
+
+def predicted_run_time(m: MethodModel, latency: Latency, iterations: float, gamma: float = 0.0) -> float:
+    """Modelled seconds of ``iterations`` iterations of ``m`` at its own n, each part of the iteration
+    (:func:`exchange_parts`) with the α, β of the collective that measures it (:func:`op_alpha_beta`)."""
+    comm = 0.0
+    for op, (a, b, g) in exchange_parts(m.collective, m.up_bytes, m.down_bytes, m.ranks, m.rounds, m.down_bcasts):
+        alpha, beta = op_alpha_beta(latency, op)
+        comm += float(a) * alpha + float(b) * beta + float(g) * gamma
+    return iterations * (float(m.compute(m.ranks)) + comm)
+
+
+def measured_run_time(run, row: int) -> float:
+    """Measured seconds up to result row ``row``: rank 0's cumulative ``iter`` time (the sum of its
+    per-iteration wall-clocks, ``time/iter``), i.e. the iteration loop without the evaluations,
+    recording and HDF5 writing, which are outside every phase (docs/results.md, Phases)."""
+    from .projection import costs
+    return float(costs(run).measured[row])
+
+
+def check(models: list[MethodModel], target: Target, latency: Latency, gamma: float = 0.0) -> list[dict]:
+    """Model against measurement, run by run: the predicted time to target at the run's own n (its
+    iterations to target, its measured compute medians and message sizes, the collectives file's α, β
+    per operation) next to the measured one (:func:`measured_run_time`), and their ratio. A run that
+    never reached the target is compared over all its iterations (``up_to`` says which)."""
+    rows = []
+    for m in models:
+        for ri in m.runs:
+            p = measure_run(ri, target)
+            r = ri.run
+            it = np.asarray(r.series["iteration"])
+            t = first_reached(target_series(r, target.metric), target.eps)
+            row = t if t is not None else len(it) - 1
+            k = float(it[row])
+            one = MethodModel(m.label, m.panel, m.ranks, p["collective"], k, "", p["workers"], p["server"],
+                              p["up"], p["down"], p["rounds"], p["down_bcasts"])
+            pred = predicted_run_time(one, latency, k, gamma)
+            pred_med = float(one.time(m.ranks, latency.alpha, gbps_to_beta(latency.machine_gbps), gamma))
+            meas = measured_run_time(r, row)
+            ratio = meas / pred if pred > 0 else float("nan")
+            ops = [op for op, _ in exchange_parts(one.collective, one.up_bytes, one.down_bytes, m.ranks,
+                                                  one.rounds, one.down_bcasts)]
+            used = "; ".join(f"{op} {op_alpha_beta(latency, op)[0] * 1e6:.3g} µs, "
+                             f"{beta_to_gbps(op_alpha_beta(latency, op)[1]):.3g} Gb/s" for op in ops)
+            off = math.isfinite(ratio) and abs(ratio - 1) > CHECK_TOLERANCE
+            rows.append({
+                "panel": tables.panel_title(m.panel), "method": m.label, "collective": one.collective,
+                "ranks": m.ranks, "run_id": r.run_id,
+                "up_to": "target" if t is not None else "last row (target not reached)",
+                "iterations": int(k), "measured_s": meas, "predicted_s": pred, "ratio": ratio,
+                "mark": (f"OFF {100 * (ratio - 1):+.0f} %" if off else "ok") if math.isfinite(ratio) else "?",
+                "predicted_s_median_ab": pred_med,
+                "ratio_median_ab": meas / pred_med if pred_med > 0 else float("nan"),
+                "compute_s": k * float(one.compute(m.ranks)), "alpha_beta": used})
+    return rows
+
+
+def check_markdown(rows: list[dict], target: Target, latency: Latency) -> str:
+    head = (f"Model against measurement: time to {target.describe()} at each run's own n; measured = rank 0's "
+            f"summed per-iteration wall-clock (time/iter) up to the first row at the target (evaluation and "
+            f"writing excluded); predicted = iterations × (measured compute medians + the collectives' cost "
+            f"models with α, β from each operation's own fit in {latency.source.split(' (')[0]}); ratio = "
+            f"measured / predicted, OFF where it is off by more than {100 * CHECK_TOLERANCE:.0f} %; "
+            f"ratio_median_ab: with the median α, β the break-even table uses")
+    return tables.markdown_table(rows, CHECK_MD_COLUMNS, title=head)
 
 
 def _slug(panel) -> str:
@@ -532,7 +626,11 @@ def build_parser():
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="outputs (in -o DIR): breakeven.md and breakeven.csv (one row per method), breakeven-n.csv (the\n"
                "break-even bandwidth for n = 2, 4, ... n-max), breakeven-<panel>.png (time to target against\n"
-               "bandwidth, the baseline dashed black) and breakeven-n-<panel>.png (break-even against n).\n\n"
+               "bandwidth, the baseline dashed black) and breakeven-n-<panel>.png (break-even against n).\n"
+               "With --collectives also check.csv (and a second table in breakeven.md): the model checked\n"
+               "against every run - predicted time to target at the run's own n with each collective's own\n"
+               "α, β from the file, the measured one (rank 0's summed per-iteration time/iter up to the first\n"
+               "row at the target, evaluation excluded), measured/predicted, OFF where off by > 25 %.\n\n"
                "assumed: iterations to target do not change with n; compute per worker does not change with n\n"
                "(the server's decoding grows ∝ n under gather and allgather); no contention, no overlap.\n\n"
                "example:\n"
@@ -585,15 +683,22 @@ def main(argv=None) -> int:
     for note in rep.notes:
         print(f"# {note}" if note.startswith("warning") else f"# note: {note}", file=sys.stderr)
     md = markdown(rep)
+    checked = []
+    if latency.per_op or math.isfinite(latency.machine_gbps):      # β known: a collectives file was given
+        checked = check(rep.models, rep.target, latency, rep.gamma)
+        md += "\n\n" + check_markdown(checked, rep.target, latency)
     print(md)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if checked:
+        tables.write_csv(out / "check.csv", checked, CHECK_COLUMNS)
     tables.write_csv(out / "breakeven.csv", rep.rows, COLUMNS)
     tables.write_csv(out / "breakeven-n.csv", rep.n_rows, ("panel", "method", "collective", "n", "break_even",
                                                            "break_even_gbps"))
     (out / "breakeven.md").write_text(md + "\n")
     figs = figures(rep, out)
     print(f"# wrote {out / 'breakeven.md'}, {out / 'breakeven.csv'}, {out / 'breakeven-n.csv'}, "
+          + (f"{out / 'check.csv'}, " if checked else "")
           + ", ".join(str(f) for f in figs))
     return 0
 

@@ -1,0 +1,133 @@
+"""The break-even report's model-against-measurement check (``check.csv``): real runs under
+``mpiexec -n 2`` (the uncompressed Allreduce baseline and DIANA + QSGD through the parameter server)
+and a real ``collectives`` file at 2 ranks; every row's measured time, predicted time and ratio are
+recomputed here by hand from the two HDF5 files (h5py, not the report's readers), with the cost
+models written out for n = 2 (Thakur, Rabenseifner & Gropp 2005; docs/cost-models.md)."""
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, mpi_env, run_mpi
+
+D = 4096                          # float32 message 16 KiB > 2 KiB: Rabenseifner's Allreduce
+EXPERIMENT = f"""
+name = "check"
+[data]
+dataset = "synthetic:logreg,n=64,d={D},seed=0"
+[problem]
+kind = "logreg"
+l2 = 0.1
+[run]
+iterations = 300
+eval_every = 5
+tolerance = 1e-3
+
+[[variant]]
+label = "uncompressed allreduce"
+run.algorithm = "dcgd"
+run.compressor = "identity"
+run.collective = "allreduce"
+
+[[variant]]
+label = "diana qsgd gather"
+run.algorithm = "diana"
+run.compressor = "qsgd:s=2"
+run.collective = "gather"
+"""
+
+
+def _show(p):
+    return f"exit {p.returncode}\n--- stdout\n{p.stdout[-3000:]}\n--- stderr\n{p.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def produced(tmp_path_factory):
+    d = tmp_path_factory.mktemp("check")
+    (d / "exp.toml").write_text(EXPERIMENT)
+    res, coll = d / "runs.h5", d / "coll.h5"
+    p = run_mpi(2, ["-m", "hpcgc.bench", "--config", str(d / "exp.toml"), "-o", str(res), "-q"], timeout=400)
+    assert p.returncode == 0, _show(p)
+    p = run_mpi(2, ["-m", "hpcgc.bench", "collectives", "--max-size", "64K", "--max-seconds", "0.02",
+                    "-o", str(coll)], timeout=400)
+    assert p.returncode == 0, _show(p)
+    out = d / "out"
+    p = subprocess.run([sys.executable, "-m", "hpcgc", "breakeven", str(res), "--collectives", str(coll),
+                        "-o", str(out)], cwd=ROOT, capture_output=True, text=True, env=mpi_env(), timeout=300)
+    assert p.returncode == 0, _show(p)
+    with open(out / "check.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    return res, coll, out, p.stdout, rows
+
+
+def _fit(coll, op):
+    with h5py.File(coll, "r") as f:
+        return float(f[op].attrs["alpha"]), float(f[op].attrs["beta"])
+
+
+def _by_hand(res, run_id, coll):
+    """(iterations to target, measured s, predicted s) of one run, from the files alone."""
+    with h5py.File(res, "r") as f:
+        g = f["runs"][run_id]
+        it = g["iteration"][()]
+        gn = g["grad_norm_sq"][()]
+        sub = g["suboptimality"][()]
+        assert np.isfinite(sub).all()                  # f* solved: the target is f − f* ≤ 1e-3
+        row = int(np.flatnonzero(sub <= 1e-3)[0])
+        k = int(it[row])
+        measured = float(g["time/iter"][row, 0])       # rank 0's summed per-iteration wall-clock
+        pi = {ph: g["per_iteration"][ph][()].astype(float) for ph in ("grad", "compress", "server")}
+        collective = g.attrs["collective"]
+        last = int(it[-1])
+        up = float(g["bits_up_wire"][-1].mean()) / 8 / last          # bytes per worker per iteration
+        down = float(g["bits_down_wire"][-1]) / 8 / last
+        assert gn.shape == it.shape
+    workers = float(np.median(np.max(pi["grad"] + pi["compress"], axis=1)))
+    if collective == "allreduce":
+        server = float(np.median(np.max(pi["server"], axis=1)))
+        # fit t = α_c + β_c·s of MPI_Allreduce at n = 2: the model's latency at s → 0 is recursive
+        # doubling's lg 2 = 1 α, its slope at 64 KiB Rabenseifner's 2(2 − 1)/2 = 1: α = α_c, β = β_c.
+        a, b = _fit(coll, "allreduce")
+        assert up == 4 * D                              # float32 d-vector
+        comm = 2 * a + up * b                           # Rabenseifner: 2 lg 2·α + 2(1/2)·m·β
+    else:
+        server = float(np.median(pi["server"][:, 0]))   # rank 0's decode + step
+        # gather at n = 2 = MPI_Gather of the 4-byte length (binomial: α + 4β) + MPI_Gatherv of one
+        # payload (α + Pβ): fit latency 2α, slope 1 ⇒ α = α_c/2, β = β_c.
+        ag, bg = _fit(coll, "gather")
+        ag /= 2
+        payload = up - 4
+        # MPI_Bcast of the float64 iterate at n = 2: binomial (p < 8), ⌈lg 2⌉ = 1: α + mβ; fit: α = α_c, β = β_c
+        ab, bb = _fit(coll, "bcast")
+        comm = (ag + 4 * bg) + (ag + payload * bg) + (ab + down * bb)
+    return k, measured, k * (workers + server + comm)
+
+
+def test_check_rows_recomputed_by_hand(produced):
+    res, coll, out, stdout, rows = produced
+    assert "Model against measurement" in stdout and "Model against measurement" in (out / "breakeven.md").read_text()
+    assert {r["collective"] for r in rows} == {"allreduce", "gather"} and len(rows) == 2
+    for r in rows:
+        k, measured, predicted = _by_hand(res, r["run_id"], coll)
+        assert r["up_to"] == "target"
+        assert int(r["iterations"]) == k
+        assert float(r["measured_s"]) == pytest.approx(measured, rel=1e-6)
+        assert float(r["predicted_s"]) == pytest.approx(predicted, rel=1e-6)
+        ratio = measured / predicted
+        assert float(r["ratio"]) == pytest.approx(ratio, rel=1e-6)
+        assert r["mark"] == ("ok" if abs(ratio - 1) <= 0.25 else f"OFF {100 * (ratio - 1):+.0f} %")
+        # the measured time is the iteration loop only: it is at most the run's whole wall-clock
+        with h5py.File(res, "r") as f:
+            wall = float(f["runs"][r["run_id"]]["time/iter"][-1, 0])
+        assert 0 < measured <= wall
+
+
+def test_help_mentions_the_check():
+    p = subprocess.run([sys.executable, "-m", "hpcgc", "breakeven", "--help"], cwd=ROOT, capture_output=True,
+                       text=True, env=mpi_env(), timeout=120)
+    assert p.returncode == 0 and "check.csv" in p.stdout and "measured/predicted" in p.stdout
