@@ -24,9 +24,9 @@ dataset = "synthetic:logreg,n=64,d={D},seed=0"
 kind = "logreg"
 l2 = 0.1
 [run]
-iterations = 300
+iterations = 100
 eval_every = 5
-tolerance = 1e-3
+tolerance = 1e-2
 
 [[variant]]
 label = "uncompressed allreduce"
@@ -37,7 +37,7 @@ run.collective = "allreduce"
 [[variant]]
 label = "diana qsgd gather"
 run.algorithm = "diana"
-run.compressor = "qsgd:s=2"
+run.compressor = "qsgd:s=16"
 run.collective = "gather"
 """
 
@@ -77,8 +77,8 @@ def _by_hand(res, run_id, coll):
         it = g["iteration"][()]
         gn = g["grad_norm_sq"][()]
         sub = g["suboptimality"][()]
-        assert np.isfinite(sub).all()                  # f* solved: the target is f − f* ≤ 1e-3
-        row = int(np.flatnonzero(sub <= 1e-3)[0])
+        assert np.isfinite(sub).all()                  # f* solved: the target is f − f* ≤ 1e-2
+        row = int(np.flatnonzero(sub <= 1e-2)[0])
         k = int(it[row])
         measured = float(g["time/iter"][row, 0])       # rank 0's summed per-iteration wall-clock
         pi = {ph: g["per_iteration"][ph][()].astype(float) for ph in ("grad", "compress", "server")}
@@ -108,6 +108,7 @@ def _by_hand(res, run_id, coll):
     return k, measured, k * (workers + server + comm)
 
 
+@pytest.mark.timeout(900)
 def test_check_rows_recomputed_by_hand(produced):
     res, coll, out, stdout, rows = produced
     assert "Model against measurement" in stdout and "Model against measurement" in (out / "breakeven.md").read_text()
