@@ -327,7 +327,7 @@ class Latency:
     machine_gbps: float = float("nan")  # the file's point-to-point bandwidth estimate (median)
     ranks: int | None = None
     notes: list = field(default_factory=list)
-    per_op: dict = field(default_factory=dict)   # op -> (α, β) point to point, from that op's own fit
+    per_op: dict = field(default_factory=dict)   # op -> (α, β) point to point from that op's own fit (None: not > 0)
 
 
 def latency_from_collectives(path) -> Latency:
@@ -361,7 +361,7 @@ def latency_from_collectives(path) -> Latency:
     src = (f"{path} (n = {n}): median of " +
            ", ".join(f"{op} {a * 1e6:.3g} µs" for op, a in alphas.items()))
     gb = float(beta_to_gbps(np.median(list(betas.values())))) if betas else float("nan")
-    per_op = {op: (alphas[op], betas[op]) for op in alphas if op in betas}
+    per_op = {op: (alphas.get(op), betas.get(op)) for op in {*alphas, *betas}}
     return Latency(alpha, src, gb, n, notes, per_op)
 
 
@@ -466,11 +466,12 @@ CHECK_MD_COLUMNS = ("method", "collective", "ranks", "up_to", "iterations", "mea
 
 
 def op_alpha_beta(latency: Latency, op: str) -> tuple[float, float]:
-    """(α, β) point to point for the part of an iteration that ``op`` measures: from that
-    operation's own fit in the collectives file, else the medians (α, and β of the file's bandwidth)."""
-    if op in latency.per_op:
-        return latency.per_op[op]
-    return latency.alpha, float(gbps_to_beta(latency.machine_gbps))
+    """(α, β) point to point for the part of an iteration that ``op`` measures: each from that
+    operation's own fit in the collectives file where it is > 0, else the median over the file's
+    collectives (α of the break-even table, β of its bandwidth estimate)."""
+    a, b = latency.per_op.get(op, (None, None))
+    return (a if a is not None else latency.alpha,
+            b if b is not None else float(gbps_to_beta(latency.machine_gbps)))
 
 
 def predicted_run_time(m: MethodModel, latency: Latency, iterations: float, gamma: float = 0.0) -> float:
