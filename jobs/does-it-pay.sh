@@ -5,13 +5,14 @@
 # model-vs-measured check per setting and experiment (issue 13, part 4; docs/does-it-pay.md).
 #
 # usage: bash jobs/does-it-pay.sh [--np "4 8"] [--rates "1gbit 100mbit"] [--no-shm] [--out DIR]
-#                                 [--exp "does-it-pay does-it-pay-mlp"]
+#                                 [--exp "does-it-pay does-it-pay-mlp"] [--reuse-collectives]
 #                                 [-- hpcgc.bench options, e.g. --set run.iterations=50]
 #   --np      rank counts (one emulated node per rank)        default: 4
 #   --rates   link rates of the emulated clusters (tc rates)   default: "1gbit 100mbit"
 #   --no-shm  skip the shared-memory setting
 #   --out     results directory                                default: results/does-it-pay
 #   --exp     experiment files (jobs/experiments/E.toml)       default: does-it-pay does-it-pay-mlp
+#   --reuse-collectives  keep a setting's collectives file from an earlier invocation (same links)
 # Per setting S (shm, emu-1gbit, ...), rank count N and experiment E it writes DIR/S-nN-E.h5 (the
 # runs), DIR/S-nN-collectives.h5 (`collectives`, same ranks, same links) and DIR/S-nN-E/ (`hpcgc
 # breakeven` with check.csv: model against measurement). The emulated settings need root
@@ -21,7 +22,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 EXPS="does-it-pay does-it-pay-mlp"
-NPS="4" RATES="1gbit 100mbit" SHM=1 OUT=results/does-it-pay BENCH=()
+NPS="4" RATES="1gbit 100mbit" SHM=1 OUT=results/does-it-pay BENCH=() REUSE=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --np) NPS=$2; shift 2 ;;
@@ -29,8 +30,9 @@ while [ $# -gt 0 ]; do
     --no-shm) SHM=0; shift ;;
     --out) OUT=$2; shift 2 ;;
     --exp) EXPS=$2; shift 2 ;;
+    --reuse-collectives) REUSE=1; shift ;;
     --) shift; BENCH=("$@"); break ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "does-it-pay: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -65,7 +67,8 @@ report() {        # report SETTING N: break-even + model-vs-measured check of ev
 for n in $NPS; do
   if [ "$SHM" = 1 ]; then
     echo "does-it-pay: shared memory, n = $n"
-    mpiexec -n "$n" python "${COLL[@]}" -o "$OUT/shm-n$n-collectives.h5"
+    [ "$REUSE" = 1 ] && [ -f "$OUT/shm-n$n-collectives.h5" ] ||
+      mpiexec -n "$n" python "${COLL[@]}" -o "$OUT/shm-n$n-collectives.h5"
     experiments shm "$n" mpiexec
     report shm "$n"
   fi
@@ -76,8 +79,9 @@ for n in $NPS; do
     trap 'bash scripts/emulated-cluster.sh down --name "$name" >/dev/null 2>&1 || true' EXIT
     status=0
     {
-      bash scripts/emulated-cluster.sh run --name "$name" -- -n "$n" python "${COLL[@]}" \
-        -o "$OUT/emu-$rate-n$n-collectives.h5" &&
+      { [ "$REUSE" = 1 ] && [ -f "$OUT/emu-$rate-n$n-collectives.h5" ] ||
+        bash scripts/emulated-cluster.sh run --name "$name" -- -n "$n" python "${COLL[@]}" \
+          -o "$OUT/emu-$rate-n$n-collectives.h5"; } &&
       experiments "emu-$rate" "$n" bash scripts/emulated-cluster.sh run --name "$name" --
     } || status=$?
     bash scripts/emulated-cluster.sh down --name "$name"
