@@ -140,6 +140,15 @@ def test_check_rows_recomputed_by_hand(produced):
         ratio = measured / predicted
         assert float(r["ratio"]) == pytest.approx(ratio, rel=1e-6)
         assert r["mark"] == ("ok" if abs(ratio - 1) <= 0.25 else f"OFF {100 * (ratio - 1):+.0f} %")
+        if r["collective"] == "allreduce":
+            # priced at the collectives file's own mean time for a 16 KiB Allreduce (a measured size)
+            with h5py.File(coll, "r") as f:
+                size, avg = f["allreduce/size"][()], f["allreduce/avg"][()]
+            t16k = float(avg[list(size).index(4 * D)])
+            alpha, beta = _fit(coll, "allreduce", 1)
+            table = predicted - k * (2 * alpha + 4 * D * beta) + k * t16k
+            assert float(r["predicted_s_measured_collectives"]) == pytest.approx(table, rel=1e-6)
+            assert float(r["ratio_measured_collectives"]) == pytest.approx(measured / table, rel=1e-6)
         # the measured time is the iteration loop only: it is at most the run's whole wall-clock
         with h5py.File(res, "r") as f:
             wall = float(f["runs"][r["run_id"]]["time/iter"][-1, 0])

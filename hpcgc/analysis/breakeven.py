@@ -328,6 +328,7 @@ class Latency:
     ranks: int | None = None
     notes: list = field(default_factory=list)
     per_op: dict = field(default_factory=dict)   # op -> (α, β) point to point from that op's own fit (None: not > 0)
+    measured: dict = field(default_factory=dict)  # op -> (sizes, mean seconds) as measured by the file
 
 
 def latency_from_collectives(path) -> Latency:
@@ -362,7 +363,8 @@ def latency_from_collectives(path) -> Latency:
            ", ".join(f"{op} {a * 1e6:.3g} µs" for op, a in alphas.items()))
     gb = float(beta_to_gbps(np.median(list(betas.values())))) if betas else float("nan")
     per_op = {op: (alphas.get(op), betas.get(op)) for op in {*alphas, *betas}}
-    return Latency(alpha, src, gb, n, notes, per_op)
+    measured = {op: (np.asarray(tb.size, float), np.asarray(tb.avg, float)) for op, tb in res.items()}
+    return Latency(alpha, src, gb, n, notes, per_op, measured)
 
 
 # -- the report ------------------------------------------------------------------------------------
@@ -460,9 +462,9 @@ def build(results, latency: Latency, gbps, n_max: int = 1024, eps=None, metric=N
 CHECK_TOLERANCE = 0.25          # |measured / predicted − 1| above this is marked
 CHECK_COLUMNS = ("panel", "method", "collective", "ranks", "run_id", "up_to", "iterations",
                  "measured_s", "predicted_s", "ratio", "mark", "predicted_s_median_ab", "ratio_median_ab",
-                 "compute_s", "alpha_beta")
+                 "predicted_s_measured_collectives", "ratio_measured_collectives", "compute_s", "alpha_beta")
 CHECK_MD_COLUMNS = ("method", "collective", "ranks", "up_to", "iterations", "measured_s", "predicted_s",
-                    "ratio", "mark", "ratio_median_ab", "alpha_beta")
+                    "ratio", "mark", "ratio_median_ab", "ratio_measured_collectives", "alpha_beta")
 
 
 def op_alpha_beta(latency: Latency, op: str) -> tuple[float, float]:
@@ -481,6 +483,34 @@ def predicted_run_time(m: MethodModel, latency: Latency, iterations: float, gamm
     for op, (a, b, g) in exchange_parts(m.collective, m.up_bytes, m.down_bytes, m.ranks, m.rounds, m.down_bcasts):
         alpha, beta = op_alpha_beta(latency, op)
         comm += float(a) * alpha + float(b) * beta + float(g) * gamma
+    return iterations * (float(m.compute(m.ranks)) + comm)
+
+
+def table_seconds(latency: Latency, op: str, nbytes: float) -> float:
+    """Seconds of one ``op`` with ``nbytes`` per rank as the collectives file measured it: its mean
+    time interpolated log-log between the measured sizes (proportional beyond the largest); NaN
+    when the file did not measure ``op``."""
+    if op not in latency.measured or nbytes <= 0:
+        return float("nan") if op not in latency.measured else 0.0
+    size, avg = latency.measured[op]
+    if nbytes >= size[-1]:
+        return float(avg[-1] * nbytes / size[-1])
+    return float(np.exp(np.interp(np.log(nbytes), np.log(size), np.log(avg))))
+
+
+def predicted_run_time_table(m: MethodModel, latency: Latency, iterations: float) -> float:
+    """Like :func:`predicted_run_time`, with every collective of an iteration priced at the time the
+    collectives file measured for that operation and message size instead of the α-β model: it
+    separates the α-β fit's error from everything else (compute, waiting, bookkeeping)."""
+    if m.collective == "allreduce":
+        comm = m.rounds * table_seconds(latency, "allreduce", m.up_bytes / m.rounds)
+    else:
+        payload = max(m.up_bytes - LENGTH_BYTES, 0.0)
+        comm = table_seconds(latency, m.collective, payload)
+        if m.collective == "gather":
+            comm += (table_seconds(latency, "bcast", m.down_bytes) if m.down_bcasts == 1 else
+                     table_seconds(latency, "bcast", HEADER_BYTES) +
+                     table_seconds(latency, "bcast", max(m.down_bytes - HEADER_BYTES, 0.0)))
     return iterations * (float(m.compute(m.ranks)) + comm)
 
 
@@ -511,6 +541,7 @@ def check(models: list[MethodModel], target: Target, latency: Latency, gamma: fl
             pred = predicted_run_time(one, latency, k, gamma)
             pred_med = float(one.time(m.ranks, latency.alpha, gbps_to_beta(latency.machine_gbps), gamma))
             meas = measured_run_time(r, row)
+            pred_tab = predicted_run_time_table(one, latency, k)
             ratio = meas / pred if pred > 0 else float("nan")
             ops = [op for op, _ in exchange_parts(one.collective, one.up_bytes, one.down_bytes, m.ranks,
                                                   one.rounds, one.down_bcasts)]
@@ -525,6 +556,8 @@ def check(models: list[MethodModel], target: Target, latency: Latency, gamma: fl
                 "mark": (f"OFF {100 * (ratio - 1):+.0f} %" if off else "ok") if math.isfinite(ratio) else "?",
                 "predicted_s_median_ab": pred_med,
                 "ratio_median_ab": meas / pred_med if pred_med > 0 else float("nan"),
+                "predicted_s_measured_collectives": pred_tab,
+                "ratio_measured_collectives": meas / pred_tab if pred_tab > 0 else float("nan"),
                 "compute_s": k * float(one.compute(m.ranks)), "alpha_beta": used})
     return rows
 
@@ -535,7 +568,8 @@ def check_markdown(rows: list[dict], target: Target, latency: Latency) -> str:
             f"writing excluded); predicted = iterations × (measured compute medians + the collectives' cost "
             f"models with α, β from each operation's own fit in {latency.source.split(' (')[0]}); ratio = "
             f"measured / predicted, OFF where it is off by more than {100 * CHECK_TOLERANCE:.0f} %; "
-            f"ratio_median_ab: with the median α, β the break-even table uses")
+            f"ratio_median_ab: with the median α, β the break-even table uses; ratio_measured_collectives: with each "
+            f"collective priced at the file's measured time for its message size (no α-β fit)")
     return tables.markdown_table(rows, CHECK_MD_COLUMNS, title=head)
 
 
