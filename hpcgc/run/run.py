@@ -248,7 +248,7 @@ class Run:
         t.reset_ledger()
         t.barrier()
 
-        sharded = s.reference == "none"      # metrics by reduction (collective: the same on every rank)
+        sharded = s.global_obj is None       # problem.reference = "none": metrics by reduction (collective)
         red0 = self._reduce(self.x0) if sharded else None
         clock = Clock(r["iterations"], r["per_iteration_times"])
         outcome, ledger, observers, rw, bar, rules, budgets, policy = Outcome(), None, [], None, None, None, None, None
