@@ -20,8 +20,8 @@ comm = MPI.COMM_WORLD
 
 #: Peak resident memory a run may add to a rank, in units of 8·d bytes (one float64 d-vector).
 #: Measured at d = 2²⁰, n = 40000, DIANA + randk 1 %, gather, 4 ranks (under load, docs/data.md):
-#: 10.8 on the workers (state h_i, Δ_i, x, x⁰, the Bcast buffer, the gradient's temporaries, the
-#: evaluation's reduction buffer; the shard is 0.6), 14.1 on rank 0 (also the server's x, h, v, m).
+#: 9.9–10.8 on the workers (state h_i, Δ_i, x, x⁰, the Bcast buffer, the gradient's temporaries, the
+#: evaluation's reduction buffer; the shard is 0.6), 14.0–14.5 on rank 0 (also the server's x, h, v, m).
 WORKER_MEMORY_MULTIPLE = 16
 ROOT_MEMORY_MULTIPLE = 20
 
