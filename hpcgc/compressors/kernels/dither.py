@@ -13,32 +13,19 @@ from numba import njit
 
 from .prng import TWO32, uniforms32
 
-_TWO_M32 = 1.0 / TWO32
-
 
 @njit(cache=True, inline="always")
 def qsgd_dither(x, u, fields, start, n, scale32, s):
     """fields[q] = level << 1 | sign for q = start … start + n − 1 (uint64; x, u, fields are one
     chunk): with r = |x_q|·s/scale, level = ⌊r⌋ + [u_q < frac(r)·2^32] = ⌊(R + u_q)/2^32⌋,
-    R = round(r·2^32) = ⌊|x_q|·scale32 + 0.5⌋, capped at s; u_q a uniform 32-bit integer
+    R = round(r·2^32) = round(|x_q|·scale32), capped at s; u_q a uniform 32-bit integer
     (:func:`.prng.uniforms32`). Inlined into the chunk loop, unsigned indices: see
-    ``docs/compressors.md``, Kernel notes.
-
-    Computed without any float → int64 conversion (AVX2 has none; LLVM scalarised it): with
-    y = |x_q|·scale32 + 0.5, h = ⌊y/2^32⌋ and the exact remainder ρ = y − h·2^32 ∈ [0, 2^32),
-    R + u_q ≥ (h + 1)·2^32 ⇔ y ≥ (h + 1)·2^32 − u_q (the right side an integer: ⌊y⌋ ≥ m ⇔ y ≥ m)
-    ⇔ ρ ≥ 2^32 − u_q, every quantity exact in float64 (y < 2^64 has a 53-bit mantissa, ρ is a
-    multiple of ulp(y) below 2^32). So level = min(h + [ρ ≥ 2^32 − u_q], s), the same integer
-    as ⌊(R + u_q)/2^32⌋ capped at s, in float64 vector lanes and one double → int32 conversion."""
-    sf = np.float64(s)
+    ``docs/compressors.md``, Kernel notes."""
     for t in range(n):
         q = start + t
         v = np.float64(x[q])
-        y = abs(v) * scale32 + 0.5
-        h = np.floor(y * _TWO_M32)
-        up = (y - h * TWO32) >= TWO32 - np.float64(u[q])
-        lev = np.int32(min(h + np.float64(up), sf))
-        fields[q] = np.uint32((lev << 1) | np.int32((v < 0.0) & (lev > 0)))
+        lev = min((np.int64(abs(v) * scale32 + 0.5) + np.int64(u[q])) >> 32, s)
+        fields[q] = (lev << 1) | np.int64((v < 0.0) & (lev > 0))
 
 
 @njit(cache=True)
