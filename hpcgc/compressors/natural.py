@@ -48,6 +48,7 @@ from numba import njit
 from ..errors import PayloadError
 from .base import FP64_PARAM, Compressor, DecodeInto, FixedKSparse, Param
 from .kernels import simd, wire
+from .kernels.norms import max_abs_bits32
 from .kernels.prng import TWO32, mix64, uniform_at, uniforms32, word_at
 from .kernels.wire import CHUNK, le_word, pack_fields
 from .qsgd import BucketDither
@@ -69,7 +70,8 @@ _NAT_SALT = np.uint64(0xC0FFEE0DDBA11)
 
 @njit(cache=True)
 def _pack_nat_hi(ex, sg, m, fp64, hi, h0):
-    """Sign bits (fp32) or (high exponent bits | sign << 3) nibbles (fp64) of m entries."""
+    """Sign bits (fp32) or (high exponent bits | sign << 3) nibbles (fp64) of m entries (``ex``
+    is read only for fp64)."""
     if fp64:
         for g in range(m // 2):
             hi[h0 + g] = (((ex[2 * g] >> 8) & 7) | (sg[2 * g] << 3)
@@ -98,24 +100,21 @@ def natural_encode_f32(keys, seed, lo, hi):
     mantissa, u < m·2^-23 ⇔ ⌊z/2^11⌋ < m·2^30 ⇔ z < m·2^41: one unsigned 64-bit compare instead
     of two int → float conversions (which AVX2 lacks for 64-bit integers) — the same bits."""
     n = keys.shape[0]
-    ex = np.empty(CHUNK, dtype=np.int32)
     sg = np.empty(CHUNK, dtype=np.uint8)
     amax = np.uint32(0)
     for c0 in range(0, n, CHUNK):
         m = min(CHUNK, n - c0)
         kc = keys[c0:c0 + m]
+        lc = lo[c0:c0 + m]
+        amax = max(amax, max_abs_bits32(kc))   # its own 32-bit reduction: fused, it ran in 64-bit lanes
         for q in range(m):
             k = kc[q]
             a = k & np.uint32(0x7FFFFFFF)
-            amax = max(amax, a)
             z = word_at(seed, c0 + q)              # the 64 bits of uniform_at(seed, c0 + q)
-            eo = np.int32(a >> np.uint32(23)) + np.int32(z < (np.uint64(a & np.uint32(0x7FFFFF)) << _S41))
-            ex[q] = eo
+            eo = np.uint32(a >> np.uint32(23)) + np.uint32(z < (np.uint64(a & np.uint32(0x7FFFFF)) << _S41))
+            lc[q] = np.uint8(eo)
             sg[q] = np.uint8(k >> np.uint32(31)) & np.uint8(eo != 0)
-        lc = lo[c0:c0 + m]
-        for q in range(m):
-            lc[q] = ex[q]
-        _pack_nat_hi(ex, sg, m, False, hi, c0 // 8)
+        _pack_nat_hi(sg, sg, m, False, hi, c0 // 8)
     return amax > np.uint32(0x7F000000)
 
 
