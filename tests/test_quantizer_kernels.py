@@ -15,7 +15,7 @@ import pytest
 from numba import njit
 
 from hpcgc import compressors
-from hpcgc.compressors.kernels.dither import qsgd_dither
+from hpcgc.compressors.kernels.dither import SMALL_S, qsgd_dither, qsgd_dither_wide
 from hpcgc.compressors.kernels.prng import TWO32, uniform_at, word_at
 from hpcgc.compressors.natural import natural_dither, natural_encode_f32
 from hpcgc.compressors.quant import ternary_dither
@@ -58,7 +58,10 @@ def test_golden_payloads(case):
 @njit
 def _qsgd(x, u, scale32, s):
     f = np.empty(x.shape[0], np.uint32)
-    qsgd_dither(x, u, f, np.uint64(0), np.uint64(x.shape[0]), scale32, s)
+    if s < SMALL_S:
+        qsgd_dither(x, u, f, np.uint64(0), np.uint64(x.shape[0]), scale32, s)
+    else:
+        qsgd_dither_wide(x, u, f, np.uint64(0), np.uint64(x.shape[0]), scale32, s)
     return f
 
 
@@ -86,7 +89,7 @@ def _near(targets, scale, rng):
 
 def test_qsgd_levels_at_boundaries():
     rng = np.random.default_rng(3)
-    for s in (1, 4, 15, 255, 2**31 - 1):
+    for s in (1, 4, 15, 255, 2**19 - 1, 2**19, 2**31 - 1):
         n = 4000
         u = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
         u[:8] = [0, 1, 2**32 - 1, 2**32 - 2, 2**31, 2**31 - 1, 0, 2**32 - 1]
