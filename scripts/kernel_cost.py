@@ -64,7 +64,9 @@ def main(argv: list[str]) -> None:
     mode = argv[0]
     if mode == "parse":
         path, d, kinds = argv[1], int(argv[2]), argv[3:]
-        block = open(path).read().split("call_cfunc(Dispatcher*")[1].split("\nfn=")[0]
+        text = open(path).read()
+        fid = re.search(r"\((\d+)\) call_cfunc\(", text).group(1)       # callgrind names it once
+        block = text.split(f"\nfn=({fid})", 1)[1].split("\nfn=")[0]
         by_calls: dict[int, int] = {}
         for calls, ir in re.findall(r"cfn=\(\d+\)[^\n]*\ncalls=(\d+) \S*\s*\n\S+ (\d+)", block):
             by_calls[int(calls)] = by_calls.get(int(calls), 0) + int(ir)
