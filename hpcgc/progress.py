@@ -22,7 +22,7 @@ class Progress:
         self.t0 = self.last = time.monotonic()
         self.drawn = False
 
-    def update(self, k: int, subopt: float, mb_up: float):
+    def update(self, k: int, subopt: float, mb_up: float, measure: str = "f-f*"):
         if not self.enabled:
             return
         now = time.monotonic()
@@ -31,7 +31,7 @@ class Progress:
         self.last = now
         done = k / self.total
         eta = (now - self.t0) * (1 - done) / max(done, 1e-9)
-        text = (f"{self.label}: it {k}/{self.total} ({100 * done:3.0f}%)  f-f* {subopt:.3e}  "
+        text = (f"{self.label}: it {k}/{self.total} ({100 * done:3.0f}%)  {measure} {subopt:.3e}  "
                 f"MB up {mb_up:.3f}  ETA {eta:.0f} s")
         if self.live:
             width = 30

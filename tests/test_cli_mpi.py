@@ -73,6 +73,10 @@ BAD = [
     (["--set", "run.allocation=dagc", "--set", "run.budget=0.01", "--set", "run.compressor=randk:k=1"],
      "too small"),
     (["--set", "data.partition=skew:0.5"], "skew"),
+    (["--set", "data.dataset=synthetic:sparse,d=10,nnz=40"], "nnz = 40 nonzeros per row exceeds the number of features"),
+    (["--set", "data.dataset=synthetic:sparse,n=3,d=100,nnz=5", "--set", "problem.reference=none",
+      "--set", "data.partition=iid"], "worker"),
+    (["--set", "problem.reference=none", "--set", "data.test_fraction=0.2"], "data.test_fraction needs problem.reference"),
     (["--set", "run.collective=allreduce"], "cannot ride run.collective = 'allreduce'; collectives it can use: "
      "gather, allgather"),
     (["--set", "run.collective=allgather", "--set", "run.server=dedicated"],

@@ -48,7 +48,8 @@ from numba import njit
 from ..errors import PayloadError
 from .base import FP64_PARAM, Compressor, DecodeInto, FixedKSparse, Param
 from .kernels import simd, wire
-from .kernels.prng import TWO32, mix64, uniform_at, uniforms32
+from .kernels.norms import max_abs_bits32
+from .kernels.prng import TWO32, mix64, uniform_at, uniforms32, word_at
 from .kernels.wire import CHUNK, le_word, pack_fields
 from .qsgd import BucketDither
 from .randk import sample_and_gather
@@ -59,6 +60,7 @@ _S52 = np.uint64(52)
 _S20 = np.uint64(20)
 _HALF20 = np.uint64(1 << 19)
 _S63 = np.uint64(63)
+_S41 = np.uint64(41)
 _TWO_M52 = 2.0**-52
 _TWO_126 = 2.0**126
 _MAX32 = np.uint64(0x47E0000000000000)       # bits of 2^127: larger magnitudes may round to 2^128
@@ -68,7 +70,8 @@ _NAT_SALT = np.uint64(0xC0FFEE0DDBA11)
 
 @njit(cache=True)
 def _pack_nat_hi(ex, sg, m, fp64, hi, h0):
-    """Sign bits (fp32) or (high exponent bits | sign << 3) nibbles (fp64) of m entries."""
+    """Sign bits (fp32) or (high exponent bits | sign << 3) nibbles (fp64) of m entries (``ex``
+    is read only for fp64)."""
     if fp64:
         for g in range(m // 2):
             hi[h0 + g] = (((ex[2 * g] >> 8) & 7) | (sg[2 * g] << 3)
@@ -93,27 +96,25 @@ def natural_encode_f32(keys, seed, lo, hi):
     """Fast path of :func:`natural_encode` for float32 input and the float32 format: ``keys`` is x
     viewed as uint32, so the output exponent is the input's plus [u < mantissa/2^23] (also for
     float32 subnormals, whose exponent field is 0). Returns True if some |x_j| > 2^127 or is not
-    finite."""
+    finite. With z the 64 bits of ``uniform_at(seed, j)`` (u = ⌊z/2^11⌋·2^-53) and m the 23-bit
+    mantissa, u < m·2^-23 ⇔ ⌊z/2^11⌋ < m·2^30 ⇔ z < m·2^41: one unsigned 64-bit compare instead
+    of two int → float conversions (which AVX2 lacks for 64-bit integers) — the same bits."""
     n = keys.shape[0]
-    ex = np.empty(CHUNK, dtype=np.int32)
     sg = np.empty(CHUNK, dtype=np.uint8)
     amax = np.uint32(0)
     for c0 in range(0, n, CHUNK):
         m = min(CHUNK, n - c0)
         kc = keys[c0:c0 + m]
+        lc = lo[c0:c0 + m]
+        amax = max(amax, max_abs_bits32(kc))   # its own 32-bit reduction: fused, it ran in 64-bit lanes
         for q in range(m):
             k = kc[q]
             a = k & np.uint32(0x7FFFFFFF)
-            amax = max(amax, a)
-            u = uniform_at(seed, c0 + q)
-            eo = np.int32(a >> np.uint32(23)) + np.int32(
-                u < np.float64(a & np.uint32(0x7FFFFF)) * 1.1920928955078125e-07)
-            ex[q] = eo
+            z = word_at(seed, c0 + q)              # the 64 bits of uniform_at(seed, c0 + q)
+            eo = np.uint32(a >> np.uint32(23)) + np.uint32(z < (np.uint64(a & np.uint32(0x7FFFFF)) << _S41))
+            lc[q] = np.uint8(eo)
             sg[q] = np.uint8(k >> np.uint32(31)) & np.uint8(eo != 0)
-        lc = lo[c0:c0 + m]
-        for q in range(m):
-            lc[q] = ex[q]
-        _pack_nat_hi(ex, sg, m, False, hi, c0 // 8)
+        _pack_nat_hi(sg, sg, m, False, hi, c0 // 8)
     return amax > np.uint32(0x7F000000)
 
 
@@ -362,7 +363,9 @@ def natural_dither(x, u, fields, start, n, inv, s):
     {0, 2^{1−s}, …, 1/2, 1}; level index l (value 2^{l−s}, 0 for l = 0). With 2^e ≤ r < 2^{e+1},
     l = e + s + [u_q < round(f·2^32)], f = r/2^e − 1 the mantissa fraction (top 32 bits of the
     float64 mantissa, rounded); below the smallest non-zero level, l = [u_q < round(r·2^{s−1}·2^32)].
-    u_q: uniform 32-bit integers (:func:`.kernels.prng.uniforms32`)."""
+    u_q: uniform 32-bit integers (:func:`.kernels.prng.uniforms32`). The small-level test
+    u_q < ⌊y⌋, y = r·2^{s−1}·2^32 + 0.5, is u_q + 1 ≤ y in float64 (exact for the integer u_q): no
+    float → int64 conversion, which AVX2 lacks and LLVM scalarised."""
     low = 2.0 ** (s - 1) * TWO32             # r < 2^{1−s}: l = 1 with probability r·2^{s−1}
     for t in range(n):
         q = start + t
@@ -372,8 +375,8 @@ def natural_dither(x, u, fields, start, n, inv, s):
         es = np.int64(b >> _S52) - (1023 - s)   # e + s, 2^e ≤ r < 2^{e+1} for normal r
         uq = np.int64(u[q])
         up = np.int64(((b & _MANT) + _HALF20) >> _S20)
-        small = np.int64(r * low + 0.5)
-        lev = es + np.int64(uq < up) if es >= 1 else np.int64(uq < small)
+        small = np.float64(u[q]) + 1.0 <= r * low + 0.5     # u_q < ⌊r·low + 0.5⌋, exactly
+        lev = es + np.int64(uq < up) if es >= 1 else np.int64(small)
         lev = min(lev, s)                     # r = 1 (or rounding above 1) stays at the top
         fields[q] = (lev << 1) | np.int64((v < 0.0) & (lev > 0))
 

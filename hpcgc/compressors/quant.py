@@ -45,12 +45,13 @@ def ternary_dither(x, u, trits, start, n, inv32):
     chunk), ξ = [u_q < round(|x_q|·inv32)] ~ Bernoulli(|x_q|/scale) with inv32 = 2^32/scale and
     u uniform 32-bit integers (:func:`.kernels.prng.uniforms32`): P[ξ = 1] is |x_q|/scale rounded to 32
     fractional bits. Inlined into the chunk loop, unsigned indices: see ``docs/compressors.md``,
-    Kernel notes."""
+    Kernel notes. With y = |x_q|·inv32 + 0.5 and R = ⌊y⌋, u_q < R ⇔ u_q + 1 ≤ y for the integer
+    u_q, exact in float64: no float → int64 conversion (which AVX2 lacks)."""
     for t in range(n):
         q = start + t
         v = np.float64(x[q])
-        xi = np.int64(np.int64(u[q]) < np.int64(abs(v) * inv32 + 0.5))
-        trits[q] = xi * (1 + np.int64(v < 0.0))
+        xi = np.float64(u[q]) + 1.0 <= abs(v) * inv32 + 0.5     # u_q < R ⇔ u_q + 1 ≤ y (below)
+        trits[q] = np.uint8(xi) + np.uint8(xi & (v < 0.0))
 
 
 @njit(cache=True)

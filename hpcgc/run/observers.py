@@ -135,19 +135,24 @@ class Recorder:
 
 
 class ProgressLine:
-    """Rank 0: the live progress line (iteration, f − f*, MB sent, ETA)."""
+    """Rank 0: the live progress line (iteration, f − f* — or ‖∇f‖² where there is no f*, nonconvex
+    kinds and ``problem.reference = "none"`` —, MB sent, ETA)."""
 
     def __init__(self, label: str, iterations: int, enabled: bool, crossed: np.ndarray, ledger: Ledger):
         self.bar = Progress(label, iterations, enabled=enabled)
-        self.crossed, self.ledger, self.last = crossed, ledger, np.nan
+        self.crossed, self.ledger, self.last, self.measure = crossed, ledger, np.nan, "f-f*"
 
     def lap(self, k: int):
         bar = self.bar                  # the MB sum only when the line is due (the lap is in every iteration)
         if bar.enabled and time.monotonic() - bar.last >= bar.interval:
-            bar.update(k, self.last, self.ledger.wire[self.crossed].sum() / 8e6)
+            bar.update(k, self.last, self.ledger.wire[self.crossed].sum() / 8e6, self.measure)
 
     def evaluate(self, k: int, row: dict) -> float:
-        self.last = row.get("suboptimality", np.nan)
+        sub = row.get("suboptimality", np.nan)
+        if np.isfinite(sub) or "grad_norm_sq" not in row:
+            self.last, self.measure = sub, "f-f*"
+        else:
+            self.last, self.measure = row["grad_norm_sq"], "|grad f|^2"
         return CONTINUE
 
     def close(self):

@@ -248,7 +248,7 @@ class Run:
         t.reset_ledger()
         t.barrier()
 
-        sharded = s.global_obj is None       # problem.reference = "none": metrics by reduction (collective)
+        sharded = s.reference == "none"      # metrics by reduction over the shards (collective, every rank)
         red0 = self._reduce(self.x0) if sharded else None
         clock = Clock(r["iterations"], r["per_iteration_times"])
         outcome, ledger, observers, rw, bar, rules, budgets, policy = Outcome(), None, [], None, None, None, None, None
@@ -391,7 +391,7 @@ class Run:
              "iterations": r["iterations"], "eval_every": r["eval_every"], "batch": r["batch"],
              "stop_measure": "f - f*" if s.opt else "grad_norm_sq / grad_norm_sq[0]",
              "reference": s.reference,
-             "evaluation": ("reduction over the shards" if s.global_obj is None else "rank 0, whole data set"),
+             "evaluation": ("reduction over the shards" if s.reference == "none" else "rank 0, whole data set"),
              "downlink": downlink.DENSE}
         if self.downlink is not None:
             a.update(self.downlink.describe())

@@ -11,8 +11,8 @@ to the same stream (draw i of seed s is mix(s + (i+1)·γ)):
 
 * sequential: ``next_u64``/``next_uniform``/``next_below`` take the state and return
   ``(new_state, value)``;
-* counter-based: ``uniform_at(seed, i)`` is the i-th uniform directly, so loops over it have no
-  loop-carried dependency and vectorise;
+* counter-based: ``uniform_at(seed, i)`` is the i-th uniform directly (``word_at(seed, i)`` its
+  64 bits), so loops over it have no loop-carried dependency and vectorise;
 * 32-bit halves: :func:`uniforms32` splits each 64-bit word of the same stream into two 32-bit
   uniforms, one per coordinate. The dithering kernels use it with fixed-point probabilities
   (``P[up] = R/2^32``, R the probability rounded to 32 fractional bits), which halves the hashing
@@ -47,10 +47,17 @@ def mix64(z):
 
 
 @njit(cache=True)
+def word_at(seed, i):
+    """The i-th 64-bit word (i ≥ 0) of the stream of ``seed`` (uint64): mix(seed + (i+1)·γ)."""
+    return mix64(seed + np.uint64(i + 1) * _GAMMA)
+
+
+@njit(cache=True)
 def uniform_at(seed, i):
-    """The i-th uniform (i ≥ 0) of the stream of ``seed`` (uint64), on {0, 2^-53, …, 1 − 2^-53}."""
-    z = mix64(seed + np.uint64(i + 1) * _GAMMA)
-    return np.float64(z >> _S11) * _TWO_M53
+    """The i-th uniform (i ≥ 0) of the stream of ``seed`` (uint64), on {0, 2^-53, …, 1 − 2^-53}:
+    ⌊word_at(seed, i)/2^11⌋·2^-53, so ``uniform_at(seed, i) < p`` for p = m·2^-k (k ≤ 53) is
+    ``word_at(seed, i) < m << (64 − k)``, an integer test that needs no conversion."""
+    return np.float64(word_at(seed, i) >> _S11) * _TWO_M53
 
 
 @njit(cache=True)

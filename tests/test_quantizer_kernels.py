@@ -1,0 +1,156 @@
+"""The stochastic quantizers' kernels compute their levels in float64 lanes (no float → int64
+conversion, which AVX2 lacks): the same bits as the integer definitions they replaced.
+
+* golden payloads: CRC-32 of two consecutive payloads per case, recorded from the integer
+  kernels before the change (commit d70647a), input with zeros and tiny entries;
+* boundary cases: the inlined dithering rules on inputs built to sit within a few ulps of every
+  rounding boundary, against the integer definitions evaluated with Python integers.
+"""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+from numba import njit
+
+from hpcgc import compressors
+from hpcgc.compressors.kernels.dither import SMALL_S, qsgd_dither, qsgd_dither_wide
+from hpcgc.compressors.kernels.prng import TWO32, uniform_at, word_at
+from hpcgc.compressors.natural import natural_dither, natural_encode_f32
+from hpcgc.compressors.quant import ternary_dither
+
+# (spec, d, dtype): CRC-32 of the first and second payload of compressors.make(spec) on the input
+# below with np.random.default_rng(42)
+GOLDEN = {
+    ("qsgd:s=4", 5121, "float32"): (0xe05fe579, 0x3017b8bc),
+    ("qsgd:s=4", 70001, "float64"): (0xcd5db342, 0xa6e5e202),
+    ("qsgd:s=15,bucket=512,p=inf", 5121, "float64"): (0x342f223d, 0x4efac018),
+    ("qsgd:s=15,bucket=512,p=inf", 70001, "float32"): (0x300bc37d, 0xaf61930b),
+    ("qsgd:s=7,bucket=100", 70001, "float64"): (0xf861a1ec, 0xc177d733),
+    ("qsgd:s=4,code=elias", 70001, "float32"): (0x08adcf65, 0x3fdc227f),
+    ("qsgd:s=4,fp64=true", 70001, "float64"): (0xb920ed04, 0xd298bc44),
+    ("natural", 5121, "float32"): (0xf9983235, 0x9231ce63),
+    ("natural", 70001, "float32"): (0xdcae3b68, 0x24848a48),
+    ("natural", 70001, "float64"): (0xdcae3b68, 0x24848a48),
+    ("natural-dither:s=8", 70001, "float32"): (0x8d584e19, 0xaf0b217d),
+    ("natural-dither:s=3,bucket=100", 70001, "float64"): (0x9c5728eb, 0x32c922ce),
+    ("terngrad", 70001, "float32"): (0x310839b4, 0xb0454c5e),
+    ("terngrad", 70001, "float64"): (0x7b061799, 0xfa4b6273),
+    ("terngrad:block=100", 5121, "float64"): (0xd686091c, 0x6943c04f),
+    ("quant:p=2", 70001, "float32"): (0x6c53f362, 0xe3552a29),
+    ("quant:p=inf,block=32", 70001, "float64"): (0x1f9abaa3, 0x5377243d),
+    ("natural-randk:k=100", 70001, "float32"): (0xf68b42d7, 0x7aa6d2eb),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN))
+def test_golden_payloads(case):
+    spec, d, dtype = case
+    x = np.random.default_rng(d).standard_normal(d).astype(dtype)
+    x[::97] = 0.0
+    x[3::101] *= 1e-30
+    c = compressors.make(spec)
+    g = np.random.default_rng(42)
+    assert tuple(zlib.crc32(c.compress(x, g).tobytes()) for _ in range(2)) == GOLDEN[case]
+
+
+@njit
+def _qsgd(x, u, scale32, s):
+    f = np.empty(x.shape[0], np.uint32)
+    if s < SMALL_S:
+        qsgd_dither(x, u, f, np.uint64(0), np.uint64(x.shape[0]), scale32, s)
+    else:
+        qsgd_dither_wide(x, u, f, np.uint64(0), np.uint64(x.shape[0]), scale32, s)
+    return f
+
+
+@njit
+def _tern(x, u, inv32):
+    t = np.empty(x.shape[0], np.uint8)
+    ternary_dither(x, u, t, np.uint64(0), np.uint64(x.shape[0]), inv32)
+    return t
+
+
+@njit
+def _natd(x, u, inv, s):
+    f = np.empty(x.shape[0], np.uint32)
+    natural_dither(x, u, f, np.uint64(0), np.uint64(x.shape[0]), inv, s)
+    return f
+
+
+def _near(targets, scale, rng):
+    """float64 v with v·scale + 0.5 within a few ulps of each target (either side), signed."""
+    v = (np.asarray(targets, dtype=np.float64) - 0.5) / scale
+    for _ in range(3):
+        v = np.nextafter(v, np.where(rng.random(v.size) < 0.5, 0.0, np.inf))
+    return np.where(rng.random(v.size) < 0.5, -v, v)
+
+
+def test_qsgd_levels_at_boundaries():
+    rng = np.random.default_rng(3)
+    for s in (1, 4, 15, 255, 2**19 - 1, 2**19, 2**31 - 1):
+        n = 4000
+        u = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+        u[:8] = [0, 1, 2**32 - 1, 2**32 - 2, 2**31, 2**31 - 1, 0, 2**32 - 1]
+        scale32 = TWO32 * s / 3.0                      # norm 3
+        m = rng.integers(0, s + 1, n)
+        x = _near(m * TWO32 - u.astype(np.float64), scale32, rng)   # level boundary R + u = m·2^32
+        x[:8] = [0.0, -0.0, 3.0, -3.0, 1e-300, 3.0 * (1 - 2**-52), 2.9999, 1.5]
+        got = _qsgd(x, u, scale32, s)
+        for q in range(n):
+            r = int(abs(x[q]) * scale32 + 0.5)          # the integer definition
+            lev = min((r + int(u[q])) >> 32, s)
+            assert got[q] == (lev << 1) | int(x[q] < 0 and lev > 0), (s, q, x[q], int(u[q]))
+
+
+def test_ternary_at_boundaries():
+    rng = np.random.default_rng(4)
+    n = 4000
+    u = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    u[:4] = [0, 2**32 - 1, 2**32 - 2, 1]
+    inv32 = TWO32 / 2.5
+    x = _near(u.astype(np.float64) + 1.0, inv32, rng)          # boundary R = u + 1
+    x[:4] = [2.5, -2.5, 2.5 * (1 - 2**-52), 0.0]
+    got = _tern(x, u, inv32)
+    for q in range(n):
+        xi = int(u[q]) < int(abs(x[q]) * inv32 + 0.5)
+        assert got[q] == xi * (1 + int(x[q] < 0.0)), (q, x[q], int(u[q]))
+
+
+def test_natural_dither_small_levels_at_boundaries():
+    rng = np.random.default_rng(5)
+    for s in (1, 3, 8, 20):
+        n = 3000
+        u = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+        low = 2.0 ** (s - 1) * TWO32
+        x = _near(u.astype(np.float64) + 1.0, low, rng)        # r below the smallest level
+        x[: n // 3] = rng.uniform(-1, 1, n // 3)                   # and ordinary r ∈ [0, 1]
+        got = _natd(x, u, 1.0, s)
+        for q in range(n):
+            r = abs(x[q])
+            b = int(np.float64(r).view(np.uint64))
+            es = (b >> 52) - (1023 - s)
+            up = ((b & (2**52 - 1)) + 2**19) >> 20
+            lev = es + int(int(u[q]) < up) if es >= 1 else int(int(u[q]) < int(r * low + 0.5))
+            lev = min(lev, s)
+            assert got[q] == (lev << 1) | int(x[q] < 0 and lev > 0), (s, q, x[q], int(u[q]))
+
+
+def test_natural_rounding_bit_at_boundaries():
+    """natural's P[up] test ``word < m << 41`` equals ``uniform_at < m·2^-23`` exactly, also
+    for mantissas one step either side of the drawn uniform."""
+    seed = np.uint64(987654321)
+    n = 6000
+    rng = np.random.default_rng(6)
+    u = np.array([uniform_at(seed, j) for j in range(n)])
+    mant = np.floor(u * 2**23).astype(np.int64) + rng.integers(0, 2, n)   # just below / above u
+    mant = np.clip(mant, 0, 2**23 - 1)
+    expo = rng.integers(0, 254, n)
+    keys = ((rng.integers(0, 2, n) << 31) | (expo << 23) | mant).astype(np.uint32)
+    lo = np.empty(n, np.uint8)
+    hi = np.empty((n + 7) // 8, np.uint8)
+    assert not natural_encode_f32(keys, seed, lo, hi)
+    want = expo + (u < mant * 2.0**-23)
+    assert np.array_equal(lo, (want & 0xFF).astype(np.uint8))
+    assert all(int(word_at(seed, j)) >> 11 == int(u[j] * 2**53) for j in range(0, n, 97))
