@@ -33,11 +33,11 @@ def mpiexec_cmd(n: int) -> list[str]:
     return cmd
 
 
-def mpi_env() -> dict:
+def mpi_env(mpi_timeout: int | None = None) -> dict:
     env = dict(os.environ)
     env.setdefault("NUMBA_NUM_THREADS", "1")
     env.setdefault("OMP_NUM_THREADS", "1")
-    env["MPIEXEC_TIMEOUT"] = str(MPI_TIMEOUT)          # MPICH hydra and Open MPI both honour it
+    env["MPIEXEC_TIMEOUT"] = str(mpi_timeout or MPI_TIMEOUT)   # MPICH hydra and Open MPI both honour it
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     if os.geteuid() == 0:  # Open MPI refuses root unless told; MPICH ignores these
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -46,8 +46,9 @@ def mpi_env() -> dict:
     return env
 
 
-def run_mpi(n: int, args: list[str], cwd=None, timeout=None) -> subprocess.CompletedProcess:
-    """Run ``python <args>`` on n ranks; a hung job is killed by MPIEXEC_TIMEOUT and by ``timeout``."""
+def run_mpi(n: int, args: list[str], cwd=None, timeout=None, mpi_timeout=None) -> subprocess.CompletedProcess:
+    """Run ``python <args>`` on n ranks; a hung job is killed by MPIEXEC_TIMEOUT (``mpi_timeout``,
+    default MPI_TIMEOUT) and by ``timeout``."""
     cmd = mpiexec_cmd(n) + [sys.executable, *args]
-    return subprocess.run(cmd, cwd=cwd or ROOT, env=mpi_env(), capture_output=True, text=True,
-                          timeout=timeout or MPI_TIMEOUT + 30)
+    return subprocess.run(cmd, cwd=cwd or ROOT, env=mpi_env(mpi_timeout), capture_output=True, text=True,
+                          timeout=timeout or (mpi_timeout or MPI_TIMEOUT) + 30)
