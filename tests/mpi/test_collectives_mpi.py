@@ -2,40 +2,24 @@
 holds the same state without a server, and the bit ledger equals the bytes handed to MPI."""
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hpcgc import config, results
-from hpcgc.run import execute, prepare
-from hpcgc.transport import LEDGER, Transport
+from hpcgc.transport import LEDGER
+from tests.mpi.conftest import run_experiment
 
 pytestmark = pytest.mark.mpi(min_size=4)
 comm = MPI.COMM_WORLD
 BASE = {"run.iterations": 120, "run.eval_every": 20, "problem.l2": 0.1}
 
 
-@pytest.fixture
-def shared_dir():
-    d = tempfile.mkdtemp(prefix="hpcgc-coll-") if comm.rank == 0 else None
-    return Path(comm.bcast(d, root=0))
-
-
 def run_one(out: Path, overrides: dict):
     """Run one configuration; returns (results read back, this rank's final iterate, transport)."""
-    cfg = config.defaults()
-    cfg["name"] = "coll"
-    for key, value in {**BASE, **overrides}.items():
-        sec, k = key.split(".")
-        cfg[sec][k] = value
-    t = Transport()
-    runs = prepare(cfg, t)
-    execute(runs, t, out, log=lambda *a: None)
-    comm.Barrier()
-    return results.load(out)[0], runs[0].x_final.copy(), t
+    res, runs, _, t = run_experiment(out, {**BASE, **overrides}, name="coll")
+    return res[0], runs[0].x_final.copy(), t
 
 
 def everywhere_equal(x) -> bool:

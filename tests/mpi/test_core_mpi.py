@@ -2,40 +2,22 @@
 --with-mpi tests/mpi`` — ``tests/test_mpi_launch.py`` does this from the ordinary test session."""
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hpcgc import config, results
-from hpcgc.run import execute, prepare
 from hpcgc.transport import Transport
 from tests.conftest import libsvm_path
+from tests.mpi.conftest import run_experiment
 
 pytestmark = pytest.mark.mpi(min_size=4)
 comm = MPI.COMM_WORLD
 
 
-@pytest.fixture
-def shared_dir():
-    d = tempfile.mkdtemp(prefix="hpcgc-test-") if comm.rank == 0 else None
-    return Path(comm.bcast(d, root=0))
-
-
 def run_cfg(out: Path, overrides: dict, sweep: dict | None = None):
-    cfg = config.defaults()
-    cfg["name"] = "test"
-    for key, value in overrides.items():
-        sec, k = key.split(".")
-        cfg[sec][k] = value
-    cfg["sweep"] = sweep or {}
-    t = Transport()
-    runs = prepare(cfg, t)
-    path, summaries = execute(runs, t, out, log=lambda *a: None)
-    comm.Barrier()
-    res = results.load(out)       # every rank reads the finished file back
+    res, _, summaries, t = run_experiment(out, overrides, sweep=sweep)
     return res, summaries, t
 
 

@@ -9,7 +9,7 @@ import pytest
 from mpi4py import MPI
 
 from hpcgc import allocation
-from tests.mpi.test_core_mpi import run_cfg, shared_dir  # noqa: F401  (fixture)
+from tests.mpi.test_core_mpi import run_cfg
 
 pytestmark = pytest.mark.mpi(min_size=4)
 comm = MPI.COMM_WORLD
@@ -20,7 +20,7 @@ DIGITS = {"data.dataset": "digits", "data.test_fraction": 0.2, "problem.kind": "
 
 
 @pytest.mark.parametrize("sparsifier", ["topk", "randk"])
-def test_wire_ledger_matches_allocated_k(shared_dir, sparsifier):  # noqa: F811
+def test_wire_ledger_matches_allocated_k(shared_dir, sparsifier):
     """The bit ledger proves each worker sent its own k_i = max(1, ⌈δ_i·d_t⌉) per tensor.
 
     Both send k_t float32 values with the indices coded as Elias-omega gaps or fixed ⌈log₂ d_t⌉ bits,
@@ -50,7 +50,7 @@ def test_wire_ledger_matches_allocated_k(shared_dir, sparsifier):  # noqa: F811
     assert np.all(np.diff(per_round_wire.mean(axis=0)[order]) >= 0)
 
 
-def test_equal_volumes_dagc_equals_uniform(shared_dir):  # noqa: F811
+def test_equal_volumes_dagc_equals_uniform(shared_dir):
     over = dict(DIGITS, **{"data.partition": "iid", "data.sizes": [300, 300, 300, 300], "run.iterations": 4,
                            "run.eval_every": 2})
     a, _, _ = run_cfg(shared_dir / "u.h5", dict(over, **{"run.allocation": "uniform"}))
@@ -60,7 +60,7 @@ def test_equal_volumes_dagc_equals_uniform(shared_dir):  # noqa: F811
     assert np.array_equal(a[0].x_final, b[0].x_final)
 
 
-def test_local_sgd_learns_and_records_workers(shared_dir):  # noqa: F811
+def test_local_sgd_learns_and_records_workers(shared_dir):
     res, _, _ = run_cfg(shared_dir / "learn.h5", dict(DIGITS, **{
         "data.partition": "dirichlet:1+skew:10", "run.allocation": "dagc", "run.error_feedback": True,
         "run.iterations": 40, "run.eval_every": 10}))

@@ -3,41 +3,26 @@ is the dense run bit for bit, the recorded downlink bits are the broadcast buffe
 still converges linearly to 1e-8 on real data, and the same seed gives the same iterates."""
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hpcgc import compressors, config, results
-from hpcgc.run import execute, prepare
+from hpcgc import compressors
 from hpcgc.transport import DOWN_HEADER_BYTES, LEDGER, Transport
 from tests.conftest import libsvm_path
+from tests.mpi.conftest import run_experiment
 
 pytestmark = pytest.mark.mpi(min_size=4)
 comm = MPI.COMM_WORLD
 BASE = {"run.iterations": 80, "run.eval_every": 10, "problem.l2": 0.1, "run.per_iteration_times": False}
 
 
-@pytest.fixture
-def shared_dir():
-    d = tempfile.mkdtemp(prefix="hpcgc-down-") if comm.rank == 0 else None
-    return Path(comm.bcast(d, root=0))
-
-
 def run_one(out: Path, overrides: dict):
     """Run one configuration; returns (results read back, this rank's final iterate, transport)."""
-    cfg = config.defaults()
-    cfg["name"] = "down"
-    for key, value in {**BASE, **overrides}.items():
-        sec, k = key.split(".")
-        cfg[sec][k] = value
-    t = Transport()
-    runs = prepare(cfg, t)
-    execute(runs, t, out, log=lambda *a: None)
-    comm.Barrier()
-    return results.load(out)[0], runs[0].x_final.copy(), t
+    res, runs, _, t = run_experiment(out, {**BASE, **overrides}, name="down")
+    return res[0], runs[0].x_final.copy(), t
 
 
 @pytest.mark.parametrize("alg,comp", [("diana", "qsgd:s=2"), ("dcgd", "randk:k=6")])

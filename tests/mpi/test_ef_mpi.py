@@ -5,39 +5,22 @@ the same seed gives the same iterates; the dense first message of EF21 is counte
 agree."""
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hpcgc import config, results
-from hpcgc.run import execute, prepare
-from hpcgc.transport import LENGTH_BYTES, Transport
+from hpcgc.transport import LENGTH_BYTES
 from tests.conftest import libsvm_path
+from tests.mpi.conftest import run_experiment
 
 pytestmark = pytest.mark.mpi(min_size=4)
 comm = MPI.COMM_WORLD
 
 
-@pytest.fixture
-def shared_dir():
-    d = tempfile.mkdtemp(prefix="hpcgc-ef-") if comm.rank == 0 else None
-    return Path(comm.bcast(d, root=0))
-
-
 def run_cfg(out: Path, overrides: dict, sweep: dict | None = None):
-    cfg = config.defaults()
-    cfg["name"] = "ef"
-    for key, value in {"run.checkpoint_every": 0, **overrides}.items():
-        sec, k = key.split(".")
-        cfg[sec][k] = value
-    cfg["sweep"] = sweep or {}
-    t = Transport()
-    execute(prepare(cfg, t), t, out, log=lambda *a: None)
-    comm.Barrier()
-    return results.load(out)
+    return run_experiment(out, {"run.checkpoint_every": 0, **overrides}, name="ef", sweep=sweep)[0]
 
 
 def test_ef21_topk_converges_linearly_on_a9a_ef_reported(shared_dir):

@@ -2,41 +2,23 @@
 (pytest-mpi; launched by ``tests/test_cli_mpi.py::test_pytest_mpi_suite_on_4_ranks``)."""
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hpcgc import config, results
-from hpcgc.run import execute, prepare
 from hpcgc.transport import LEDGER, PHASES, CollectiveTimer, Transport
+from tests.mpi.conftest import run_experiment
 
 pytestmark = pytest.mark.mpi(min_size=2)
 comm = MPI.COMM_WORLD
 BASE = {"run.iterations": 40, "run.eval_every": 10, "problem.l2": 0.1, "run.algorithm": "diana"}
 
 
-@pytest.fixture
-def shared_dir():
-    d = tempfile.mkdtemp(prefix="hpcgc-floor-") if comm.rank == 0 else None
-    return Path(comm.bcast(d, root=0))
-
-
 def run_one(out: Path, overrides: dict, floor: float = 0.0):
-    cfg = config.defaults()
-    cfg["name"] = "floor"
-    for key, value in {**BASE, **overrides}.items():
-        sec, k = key.split(".")
-        cfg[sec][k] = value
-    t = Transport()
-    runs = prepare(cfg, t)
-    for r in runs:
-        r.floor = floor
-    _, summaries = execute(runs, t, out, log=lambda *a: None)
-    comm.Barrier()
-    return results.load(out)[0], runs[0], summaries
+    res, runs, summaries, _ = run_experiment(out, {**BASE, **overrides}, name="floor", floor=floor)
+    return res[0], runs[0], summaries
 
 
 def test_sequence_moves_each_ranks_own_sizes_and_leaves_the_ledger_alone():

@@ -4,17 +4,14 @@ gather and under an uncompressed Allreduce; local SGD with the identity over All
 rank's iterate identical and sends 32·d bits per worker per round; DIANA + QSGD over gather learns."""
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hpcgc import config, results
 from hpcgc.models import ClassifierProblem, Model
-from hpcgc.run import execute, prepare
-from hpcgc.transport import Transport
+from tests.mpi.conftest import run_experiment, shared_tmpdir
 
 pytestmark = pytest.mark.mpi(min_size=4)
 comm = MPI.COMM_WORLD
@@ -26,22 +23,13 @@ BASE = {"data.dataset": "synthetic:multiclass,n=400,d=64,classes=10,seed=1", "da
 
 @pytest.fixture(scope="module")
 def shared_dir():
-    d = tempfile.mkdtemp(prefix="hpcgc-mlp-") if comm.rank == 0 else None
-    return Path(comm.bcast(d, root=0))
+    return shared_tmpdir()
 
 
 def run_one(out: Path, overrides: dict):
     """(results read back, this rank's Run) of one configuration."""
-    cfg = config.defaults()
-    cfg["name"] = "mlp"
-    for key, value in {**BASE, **overrides}.items():
-        sec, k = key.split(".")
-        cfg[sec][k] = value
-    t = Transport()
-    runs = prepare(cfg, t)
-    execute(runs, t, out, log=lambda *a: None)
-    comm.Barrier()
-    return results.load(out)[0], runs[0]
+    res, runs, _, _ = run_experiment(out, {**BASE, **overrides}, name="mlp")
+    return res[0], runs[0]
 
 
 def everywhere_equal(x) -> bool:

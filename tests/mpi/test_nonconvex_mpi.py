@@ -2,39 +2,21 @@
 on a9a with the theory step, and the MLP with a learning rate, momentum and mini-batches."""
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hpcgc import config, results
-from hpcgc.run import execute, prepare
-from hpcgc.transport import Transport
 from tests.conftest import libsvm_path
+from tests.mpi.conftest import run_experiment
 
 pytestmark = pytest.mark.mpi(min_size=4)
 comm = MPI.COMM_WORLD
 
 
-@pytest.fixture
-def shared_dir():
-    d = tempfile.mkdtemp(prefix="hpcgc-test-") if comm.rank == 0 else None
-    return Path(comm.bcast(d, root=0))
-
-
 def run_cfg(out: Path, overrides: dict, sweep: dict | None = None):
-    cfg = config.defaults()
-    cfg["name"] = "test"
-    for key, value in overrides.items():
-        sec, k = key.split(".")
-        cfg[sec][k] = value
-    cfg["sweep"] = sweep or {}
-    t = Transport()
-    execute(prepare(cfg, t), t, out, log=lambda *a: None)
-    comm.Barrier()
-    return results.load(out)
+    return run_experiment(out, overrides, sweep=sweep)[0]
 
 
 def test_diana_drives_the_gradient_to_zero_on_sigmoid_loss_dcgd_stalls(shared_dir):

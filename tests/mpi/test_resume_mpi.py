@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,12 +40,6 @@ CASES = {
                            "run.compressor": "powersgd:rank=2", "run.collective": "allreduce",
                            "run.error_feedback": True, "run.batch": 16, "run.learning_rate": 0.1},
 }
-
-
-@pytest.fixture
-def shared_dir():
-    d = tempfile.mkdtemp(prefix="hpcgc-resume-") if comm.rank == 0 else None
-    return Path(comm.bcast(d, root=0))
 
 
 def _cfg(overrides, iterations):

@@ -7,7 +7,7 @@ import pytest
 from mpi4py import MPI
 
 from tests.conftest import libsvm_path
-from tests.mpi.test_core_mpi import run_cfg, shared_dir  # noqa: F401  (fixture)
+from tests.mpi.test_core_mpi import run_cfg
 
 pytestmark = pytest.mark.mpi(min_size=4)
 comm = MPI.COMM_WORLD
@@ -26,7 +26,7 @@ def first_below(run, eps):
     return i, float(run.series["bits_up_model"][i].sum() + run.workers["one_time_bits"].sum())
 
 
-def test_diana_plus_converges_linearly_dcgd_plus_reaches_a_neighbourhood(shared_dir):  # noqa: F811
+def test_diana_plus_converges_linearly_dcgd_plus_reaches_a_neighbourhood(shared_dir):
     res, _, _ = run_cfg(shared_dir / "lin.h5", dict(SMALL, **{
         "run.iterations": 600, "run.eval_every": 50, "run.compressor": "quant+"}),
         sweep={"run.algorithm": ["diana+", "dcgd+"]})
@@ -46,7 +46,7 @@ def test_diana_plus_converges_linearly_dcgd_plus_reaches_a_neighbourhood(shared_
                                                       / comm.size))
 
 
-def test_one_time_upload_and_ledgers(shared_dir):  # noqa: F811
+def test_one_time_upload_and_ledgers(shared_dir):
     res, _, t = run_cfg(shared_dir / "ledger.h5", dict(SMALL, **{"run.iterations": 20, "run.eval_every": 10,
                                                                   "run.algorithm": "diana+"}),
                         sweep={"run.compressor": ["quant+", "rand-tau+", "block-quant+:matrix=diag", "dither"]})
@@ -65,7 +65,7 @@ def test_one_time_upload_and_ledgers(shared_dir):  # noqa: F811
         assert run.status == "completed" and np.all(np.isfinite(run.series["dist_to_opt"]))
 
 
-def test_diana_plus_needs_fewer_bits_than_diana_on_a9a(shared_dir):  # noqa: F811
+def test_diana_plus_needs_fewer_bits_than_diana_on_a9a(shared_dir):
     """a9a, norm-sorted over the ranks, λ = 1e-2 (the 6-worker λ = 1e-3 case is measured outside CI,
     see docs/smoothness.md): DIANA+ (quant+) reaches ‖x − x*‖²/‖x⁰ − x*‖² ≤ 1e-6 with fewer model bits,
     one-time upload of S_i included, than DIANA with the papers' quant baseline (``dither``): when

@@ -4,7 +4,6 @@ its target at d = 2¹⁶, and a worker's peak memory at d = 2²⁰ stays within 
 from __future__ import annotations
 
 import resource
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -24,12 +23,6 @@ comm = MPI.COMM_WORLD
 #: evaluation's reduction buffer; the shard is 0.6), 14.0–14.5 on rank 0 (also the server's x, h, v, m).
 WORKER_MEMORY_MULTIPLE = 16
 ROOT_MEMORY_MULTIPLE = 20
-
-
-@pytest.fixture
-def shared_dir():
-    d = tempfile.mkdtemp(prefix="hpcgc-test-") if comm.rank == 0 else None
-    return Path(comm.bcast(d, root=0))
 
 
 def sparse_cfg(dataset: str, **keys) -> dict:

@@ -9,7 +9,7 @@ from mpi4py import MPI
 
 from hpcgc import compressors
 from hpcgc.algorithms.base import shared_coin
-from tests.mpi.test_core_mpi import run_cfg, shared_dir  # noqa: F401  (fixture)
+from tests.mpi.test_core_mpi import run_cfg
 
 pytestmark = pytest.mark.mpi(min_size=4)
 comm = MPI.COMM_WORLD
@@ -18,7 +18,7 @@ SMALL = {"data.dataset": "breast-cancer", "data.partition": "label-sorted", "pro
          "problem.l2": 0.05, "run.per_iteration_times": False, "run.checkpoint_every": 0}
 
 
-def test_marina_dense_rounds_on_the_same_iterations_everywhere_and_in_both_ledgers(shared_dir):  # noqa: F811
+def test_marina_dense_rounds_on_the_same_iterations_everywhere_and_in_both_ledgers(shared_dir):
     d = 30
     res, _, _ = run_cfg(shared_dir / "marina.h5", dict(SMALL, **{
         "run.algorithm": "marina", "run.compressor": "randk:k=3", "run.iterations": 80, "run.eval_every": 1,
@@ -40,7 +40,7 @@ def test_marina_dense_rounds_on_the_same_iterations_everywhere_and_in_both_ledge
     assert np.array_equal(run.workers["grad_evals"], 80 * m)
 
 
-def test_marina_with_p_one_is_dcgd_identity_exactly(shared_dir):  # noqa: F811
+def test_marina_with_p_one_is_dcgd_identity_exactly(shared_dir):
     base = dict(SMALL, **{"run.iterations": 40, "run.eval_every": 10})
     m, _, _ = run_cfg(shared_dir / "m1.h5", dict(base, **{"run.algorithm": "marina", "run.compressor": "randk:k=3",
                                                            "run.probability": 1.0}))
@@ -51,7 +51,7 @@ def test_marina_with_p_one_is_dcgd_identity_exactly(shared_dir):  # noqa: F811
     assert np.all(np.isnan(g[0].series["grad_evals"]))              # dcgd does not count
 
 
-def test_same_seed_same_iterates(shared_dir):  # noqa: F811
+def test_same_seed_same_iterates(shared_dir):
     cases = [("vr-diana", "gather", {"run.batch": 20}), ("marina", "gather", {}), ("adiana", "allgather", {}),
              ("adiana+", "allgather", {})]
     for name, coll, extra in cases:
