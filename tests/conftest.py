@@ -52,3 +52,8 @@ def run_mpi(n: int, args: list[str], cwd=None, timeout=None, mpi_timeout=None) -
     cmd = mpiexec_cmd(n) + [sys.executable, *args]
     return subprocess.run(cmd, cwd=cwd or ROOT, env=mpi_env(mpi_timeout), capture_output=True, text=True,
                           timeout=timeout or (mpi_timeout or MPI_TIMEOUT) + 30)
+
+
+def show(p: subprocess.CompletedProcess) -> str:
+    """A finished process for an assertion message: exit status and the tails of stdout/stderr."""
+    return f"exit {p.returncode}\n--- stdout\n{p.stdout[-4000:]}\n--- stderr\n{p.stderr[-4000:]}"

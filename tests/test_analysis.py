@@ -16,7 +16,7 @@ import pytest
 from hpcgc import results
 from hpcgc.analysis import projection as proj
 from hpcgc.analysis import report
-from tests.conftest import ROOT, mpi_env, run_mpi
+from tests.conftest import ROOT, mpi_env, run_mpi, show
 
 EPS = 1e-4     # DIANA reaches it within the iterations below, DCGD stalls above it (label-sorted split)
 
@@ -39,8 +39,6 @@ seed = {seeds}
 """
 
 
-def _show(p):
-    return f"exit {p.returncode}\n--- stdout\n{p.stdout[-3000:]}\n--- stderr\n{p.stderr[-3000:]}"
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +52,7 @@ def produced(tmp_path_factory):
     for ranks, extra in ((2, []), (3, ["--set", "sweep.seed=[0]", "--set", "sweep.algorithm=['diana']"])):
         out = d / "results" / f"n{ranks}.h5"
         p = run_mpi(ranks, ["-m", "hpcgc.bench", "--config", str(cfg), *extra, "-o", str(out), "-q"], timeout=240)
-        assert p.returncode == 0, _show(p)
+        assert p.returncode == 0, show(p)
         files[ranks] = out
     return d / "results", files
 
@@ -160,13 +158,13 @@ def test_cli_baseline_and_errors(produced, tmp_path):
     cmd = [sys.executable, "-m", "analysis.report", str(files[3]), "-o", str(tmp_path / "r"),
            "--baseline", "diana:quant:p=inf,block=8", "--eps", "1e-3", "--format", "png"]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=mpi_env(), timeout=180)
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     assert "| diana quant:p=inf,block=8 | 3 |" in p.stdout
     assert (tmp_path / "r" / "convergence.png").stat().st_size > 10_000      # one panel: no suffix
     assert not list((tmp_path / "r").glob("*.pdf"))
     bad = subprocess.run([*cmd[:-2], "--baseline", "adam:zip"], cwd=ROOT, capture_output=True, text=True,
                          env=mpi_env(), timeout=180)
-    assert bad.returncode == 2 and "--baseline 'adam:zip' matches no method" in bad.stderr, _show(bad)
+    assert bad.returncode == 2 and "--baseline 'adam:zip' matches no method" in bad.stderr, show(bad)
 
 
 def test_bad_inputs(produced, tmp_path):
@@ -318,7 +316,7 @@ def test_project_cli(produced, tmp_path):
     _, files = produced
     p = subprocess.run([sys.executable, "-m", "analysis.project", str(files[2]), "--eps", str(EPS),
                         "-o", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, env=mpi_env(), timeout=120)
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     assert "time_to_eps_s@1Gb/s" in p.stdout and "time_to_eps_s@100Gb/s" in p.stdout
     rows = _csv(tmp_path / "projection.csv")
     assert {r["method"] for r in rows} == {"dcgd quant:p=inf,block=8", "diana quant:p=inf,block=8"}

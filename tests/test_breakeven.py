@@ -16,7 +16,7 @@ import pytest
 
 from hpcgc import results
 from hpcgc.analysis import breakeven as be
-from tests.conftest import ROOT, mpi_env, run_mpi
+from tests.conftest import ROOT, mpi_env, run_mpi, show
 
 ALPHA = 1e-5                   # 10 µs
 N = 4                          # the toy runs' rank count (a power of two)
@@ -167,8 +167,6 @@ run.collective = "gather"
 """
 
 
-def _show(p):
-    return f"exit {p.returncode}\n--- stdout\n{p.stdout[-3000:]}\n--- stderr\n{p.stderr[-3000:]}"
 
 
 @pytest.fixture(scope="module")
@@ -183,12 +181,12 @@ def produced(tmp_path_factory):
         out[name] = d / f"{name}.h5"
         p = run_mpi(2, ["-m", "hpcgc.bench", "--config", str(cfg), "--grid-index", grid, "-o", str(out[name]), "-q"],
                     timeout=400)
-        assert p.returncode == 0, _show(p)
+        assert p.returncode == 0, show(p)
     for ranks in (2, 4):
         out[f"coll{ranks}"] = d / f"coll{ranks}.h5"
         p = run_mpi(ranks, ["-m", "hpcgc.bench", "collectives", "--max-size", "4K", "--max-seconds", "0.02",
                             "-o", str(out[f"coll{ranks}"])], timeout=400)
-        assert p.returncode == 0, _show(p)
+        assert p.returncode == 0, show(p)
     return d, out
 
 
@@ -205,7 +203,7 @@ def _csv(path):
 def test_command_writes_figures_and_table(produced, tmp_path):
     d, f = produced
     p = hpcgc(f["base"], f["diana"], "--collectives", f["coll2"], "-o", tmp_path)
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     assert "break_even_run_n" in p.stdout and "warning" not in p.stderr
     rows = _csv(tmp_path / "breakeven.csv")
     assert [r["method"] for r in rows] == ["uncompressed allreduce [baseline]", "diana qsgd gather"]
@@ -263,7 +261,7 @@ def test_command_writes_figures_and_table(produced, tmp_path):
 def test_collectives_at_another_rank_count_warns(produced, tmp_path):
     _, f = produced
     p = hpcgc(f["base"], f["diana"], "--collectives", f["coll4"], "--n-max", "64", "-o", tmp_path)
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     assert "measured at n = 4" in p.stderr and "runs of" in p.stderr and "at n = 2" in p.stderr
 
 
@@ -281,14 +279,14 @@ def test_collectives_at_another_rank_count_warns(produced, tmp_path):
 def test_bad_numbers(produced, tmp_path, args, message):
     _, f = produced
     p = hpcgc(f["base"], f["diana"], "--collectives", f["coll2"], "-o", tmp_path, *args)
-    assert p.returncode == 2, _show(p)
+    assert p.returncode == 2, show(p)
     assert message in p.stderr and p.stderr.count("error:") == 1 and "Traceback" not in p.stderr
 
 
 def test_no_baseline(produced, tmp_path):
     _, f = produced
     p = hpcgc(f["diana"], "--collectives", f["coll2"], "-o", tmp_path)
-    assert p.returncode == 2, _show(p)
+    assert p.returncode == 2, show(p)
     assert "no uncompressed Allreduce baseline" in p.stderr and 'run.collective = "allreduce"' in p.stderr
 
 
@@ -300,10 +298,10 @@ def test_no_common_target(produced, tmp_path):
         for g in h["runs"].values():
             g.attrs["config"] = g.attrs["config"].replace("tolerance = 0.001", "tolerance = 1e-06")
     p = hpcgc(f["base"], other, "--collectives", f["coll2"], "-o", tmp_path / "out")
-    assert p.returncode == 2, _show(p)
+    assert p.returncode == 2, show(p)
     assert "no common target" in p.stderr and "--eps" in p.stderr
     p = hpcgc(f["base"], other, "--collectives", f["coll2"], "--eps", "1e-3", "-o", tmp_path / "out")
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
 
 
 def test_collectives_file_without_latency(produced, tmp_path):
@@ -316,7 +314,7 @@ def test_collectives_file_without_latency(produced, tmp_path):
         tabs.append(tb)
     results.write_collectives(zero, res.attrs, tabs)
     p = hpcgc(f["base"], f["diana"], "--collectives", zero, "-o", tmp_path / "out")
-    assert p.returncode == 2, _show(p)
+    assert p.returncode == 2, show(p)
     assert "no collective has a latency α > 0" in p.stderr
     p = hpcgc(f["base"], f["diana"], "-o", tmp_path / "out")
     assert p.returncode == 2 and "--collectives" in p.stderr

@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, mpi_env, run_mpi
+from tests.conftest import ROOT, mpi_env, run_mpi, show
 
 D = 4096                          # float32 message 16 KiB > 2 KiB: Rabenseifner's Allreduce
 EXPERIMENT = f"""
@@ -42,8 +42,6 @@ run.collective = "gather"
 """
 
 
-def _show(p):
-    return f"exit {p.returncode}\n--- stdout\n{p.stdout[-3000:]}\n--- stderr\n{p.stderr[-3000:]}"
 
 
 @pytest.fixture(scope="module")
@@ -52,14 +50,14 @@ def produced(tmp_path_factory):
     (d / "exp.toml").write_text(EXPERIMENT)
     res, coll = d / "runs.h5", d / "coll.h5"
     p = run_mpi(2, ["-m", "hpcgc.bench", "--config", str(d / "exp.toml"), "-o", str(res), "-q"], timeout=400)
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     p = run_mpi(2, ["-m", "hpcgc.bench", "collectives", "--max-size", "64K", "--max-seconds", "0.02",
                     "-o", str(coll)], timeout=400)
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     out = d / "out"
     p = subprocess.run([sys.executable, "-m", "hpcgc", "breakeven", str(res), "--collectives", str(coll),
                         "-o", str(out)], cwd=ROOT, capture_output=True, text=True, env=mpi_env(), timeout=300)
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     with open(out / "check.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     return res, coll, out, p.stdout, rows

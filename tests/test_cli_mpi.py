@@ -9,13 +9,11 @@ import h5py
 import pytest
 
 from hpcgc import results
-from tests.conftest import MPI_TIMEOUT, ROOT, libsvm_path, mpi_env, run_mpi
+from tests.conftest import MPI_TIMEOUT, ROOT, libsvm_path, mpi_env, run_mpi, show
 
 N = 4
 
 
-def _show(p):
-    return f"exit {p.returncode}\n--- stdout\n{p.stdout[-4000:]}\n--- stderr\n{p.stderr[-4000:]}"
 
 
 MPI_FILES = sorted((ROOT / "tests" / "mpi").glob("test_*.py"))
@@ -32,14 +30,14 @@ def test_pytest_mpi_suite_on_4_ranks(path):
     """Each file of tests/mpi in its own mpiexec -n 4 launch (its own MPIEXEC_TIMEOUT budget)."""
     p = run_mpi(N, ["-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider", "-x", str(path)],
                 mpi_timeout=SUITE_TIMEOUT)
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     assert "passed" in p.stdout and "failed" not in p.stdout
 
 
 def test_default_benchmark_runs_and_writes_results(tmp_path):
     out = tmp_path / "default.h5"
     p = run_mpi(N, ["-m", "hpcgc.bench", "--set", "run.iterations=60", "-o", str(out)])
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     assert p.stdout.count("wire/model") == 1                  # one table, printed by rank 0 only
     for col in ("grad(ms)", "compress(ms)", "comm_up(ms)", "server(ms)", "comm_down(ms)", "MB up"):
         assert col in p.stdout
@@ -133,9 +131,9 @@ BAD = [
 def test_bad_input_one_message_nonzero_everywhere_no_file(tmp_path, args, needle):
     out = tmp_path / "bad.h5"
     p = run_mpi(N, ["-m", "hpcgc.bench", *args, "-o", str(out)], timeout=120)
-    assert p.returncode == 2, _show(p)
+    assert p.returncode == 2, show(p)
     errors = [line for line in p.stderr.splitlines() if line.startswith("hpcgc: error:")]
-    assert len(errors) == 1, _show(p)                         # one message, not one per rank
+    assert len(errors) == 1, show(p)                         # one message, not one per rank
     assert needle in errors[0], errors[0]
     assert "Traceback" not in p.stderr
     assert list(tmp_path.iterdir()) == []                      # nothing half-written
@@ -146,7 +144,7 @@ def test_malformed_libsvm_names_file_and_line(tmp_path):
     bad.write_text("+1 1:0.5 2:1\n-1 3:1\n+1 4:x\n")
     p = run_mpi(N, ["-m", "hpcgc.bench", "--set", f"data.dataset=libsvm:{bad}", "-o", str(tmp_path / "o.h5")],
                 timeout=120)
-    assert p.returncode == 2, _show(p)
+    assert p.returncode == 2, show(p)
     assert str(bad) in p.stderr and "3" in p.stderr
     assert not (tmp_path / "o.h5").exists() and not (tmp_path / "o.h5.partial").exists()
 
@@ -155,7 +153,7 @@ def test_unknown_toml_key_in_file(tmp_path):
     cfg = tmp_path / "x.toml"
     cfg.write_text('name = "x"\n[run]\nalgorithm = "diana"\nstepsize = 3\n')
     p = run_mpi(N, ["-m", "hpcgc.bench", "--config", str(cfg), "-o", str(tmp_path / "o.h5")], timeout=120)
-    assert p.returncode == 2 and "run.stepsize" in p.stderr, _show(p)
+    assert p.returncode == 2 and "run.stepsize" in p.stderr, show(p)
 
 
 def test_diverging_run_is_recorded_and_experiment_continues(tmp_path):
@@ -163,7 +161,7 @@ def test_diverging_run_is_recorded_and_experiment_continues(tmp_path):
     p = run_mpi(N, ["-m", "hpcgc.bench", "--set", "run.iterations=300", "--set", "problem.kind=ridge",
                     "--set", "sweep.step_multiplier=[30.0, 1.0]", "--set", "sweep.algorithm=['diana']",
                     "--set", "sweep.compressor=['identity']", "-o", str(out)], timeout=180)
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     res = results.load(out)
     assert [r.status for r in res] == ["diverged", "completed"], [(r.status, r.attrs["stop_reason"]) for r in res]
     with h5py.File(out) as f:        # the diverged run's rows are there and readable
@@ -176,7 +174,7 @@ def test_more_ranks_oversubscribed_and_dedicated_server(tmp_path):
     p = run_mpi(6, ["-m", "hpcgc.bench", "--set", f"data.dataset=libsvm:{a9a}", "--set", "run.server=dedicated",
                     "--set", "run.iterations=30", "--set", "sweep.algorithm=['diana']",
                     "--set", "sweep.compressor=['randk:k=12']", "-o", str(out)], timeout=240)
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     run = results.load(out)[0]
     assert run.attrs["n_workers"] == 5
     assert list(run.workers["rank"]) == [1, 2, 3, 4, 5] and all(run.workers["crossed_network"])
@@ -204,7 +202,7 @@ def test_validate_reports_every_problem_at_once_before_any_data(tmp_path):
     assert took < 2.0, f"validate took {took:.2f} s"
     # the run refuses the same way, before any data is read or any file written
     r = run_mpi(2, ["-m", "hpcgc", "--config", str(cfg), "-o", str(tmp_path / "x.h5")], cwd=tmp_path)
-    assert r.returncode == 2 and r.stderr.count("hpcgc: error:") == 3, _show(r)
+    assert r.returncode == 2 and r.stderr.count("hpcgc: error:") == 3, show(r)
     assert not list(tmp_path.glob("x.h5*"))
 
 

@@ -6,21 +6,19 @@ import numpy as np
 import pytest
 
 from hpcgc import collectives, results
-from tests.conftest import run_mpi
+from tests.conftest import run_mpi, show
 
 N = 4
 KINDS = ("gather", "bcast", "allreduce", "allgather")
 
 
-def _show(p):
-    return f"exit {p.returncode}\n--- stdout\n{p.stdout[-4000:]}\n--- stderr\n{p.stderr[-4000:]}"
 
 
 def test_small_sweep_file_and_fit(tmp_path):
     out = tmp_path / "coll.h5"
     p = run_mpi(N, ["-m", "hpcgc.bench", "collectives", "--max-size", "64K", "--iterations", "50",
                     "--iterations-large", "20", "--warmup", "5", "--max-seconds", "0.02", "-o", str(out)], timeout=120)
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     lines = p.stdout.splitlines()
     assert lines[0] == "# hpcgc collectives benchmark (OSU style)"         # once: rank 0 prints
     assert p.stdout.count("# hpcgc collectives benchmark") == 1
@@ -70,9 +68,9 @@ def test_bad_size_range_exits_2_everywhere_one_line_no_file(tmp_path, args, need
         args = ["--max-size", _too_big_for_memory()]
     out = tmp_path / "sub" / "bad.h5"
     p = run_mpi(N, ["-m", "hpcgc.bench", "collectives", *args, "-o", str(out)], timeout=120)
-    assert p.returncode == 2, _show(p)
+    assert p.returncode == 2, show(p)
     errors = [line for line in p.stderr.splitlines() if line.startswith("hpcgc: error:")]
-    assert len(errors) == 1 and needle in errors[0], _show(p)
+    assert len(errors) == 1 and needle in errors[0], show(p)
     assert "Traceback" not in p.stderr and "# hpcgc collectives" not in p.stdout   # nothing ran
     assert list(tmp_path.iterdir()) == []
 

@@ -23,7 +23,7 @@ import pytest
 
 from hpcgc import results
 from hpcgc.analysis import costmodels
-from tests.conftest import ROOT, mpi_env, mpiexec_cmd
+from tests.conftest import ROOT, mpi_env, mpiexec_cmd, show
 
 SCRIPT = ROOT / "scripts" / "emulated-cluster.sh"
 NODES = 2
@@ -34,8 +34,6 @@ TOLERANCE = 0.25
 MPI_TIMEOUT_S = 150            # MPIEXEC_TIMEOUT of each launch (seconds)
 
 
-def _show(p):
-    return f"exit {p.returncode}\n--- stdout\n{p.stdout[-3000:]}\n--- stderr\n{p.stderr[-3000:]}"
 
 
 def _script(*args, env=None, timeout=60):
@@ -54,7 +52,7 @@ def _requirements() -> str | None:
     if p.returncode == 3:
         return (p.stderr.strip() or p.stdout.strip()).removeprefix("emulated-cluster: error: ")
     if p.returncode != 0:
-        pytest.fail(f"emulated-cluster.sh check failed unexpectedly: {_show(p)}")
+        pytest.fail(f"emulated-cluster.sh check failed unexpectedly: {show(p)}")
     return None
 
 
@@ -98,14 +96,14 @@ def test_allreduce_baseline_matches_ring_model_on_2_emulated_nodes(tmp_path):
     coll, out = tmp_path / "collectives.h5", tmp_path / "run.h5"
     up = _script("up", "--nodes", str(NODES), "--rate", RATE, "--name", name, env=env)
     try:
-        assert up.returncode == 0, _show(up)
+        assert up.returncode == 0, show(up)
         st = _script("status", "--name", name, env=env)
-        assert st.returncode == 0 and st.stdout.count("tbf") == NODES and "rate 1Gbit" in st.stdout, _show(st)
+        assert st.returncode == 0 and st.stdout.count("tbf") == NODES and "rate 1Gbit" in st.stdout, show(st)
 
         # α, β of the Allreduce under the emulation, over the sizes around the run's message
         p = _run(name, ["-m", "hpcgc.bench", "collectives", "-c", "allreduce", "bcast", "--min-size", "512K",
                         "--max-size", "4M", "--max-seconds", "0.5", "-o", str(coll)], env, 200)
-        assert p.returncode == 0, _show(p)
+        assert p.returncode == 0, show(p)
         c = results.load_collectives(coll)
         assert c.attrs["world_size"] == NODES
 
@@ -115,10 +113,10 @@ def test_allreduce_baseline_matches_ring_model_on_2_emulated_nodes(tmp_path):
                         "--set", "run.algorithm=dcgd", "--set", "run.compressor=identity",
                         "--set", "run.collective=allreduce", "--set", f"run.iterations={ITERATIONS}",
                         "--set", "run.eval_every=20", "-o", str(out)], env, 300)
-        assert p.returncode == 0, _show(p)
+        assert p.returncode == 0, show(p)
     finally:
         down = _script("down", "--name", name, env=env)
-    assert down.returncode == 0, _show(down)
+    assert down.returncode == 0, show(down)
     assert name not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
     # the traffic really crossed the emulated links: 2 hosts at 10.77.0.x, 1 Gb/s-class bandwidth
@@ -163,12 +161,12 @@ def test_refuses_clearly_without_privileges_or_with_bad_input():
         p = _script(*args)
         if p.returncode == 3:
             pytest.skip(p.stderr.strip())                              # no privileges here
-        assert p.returncode == 2, _show(p)
+        assert p.returncode == 2, show(p)
         lines = p.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("emulated-cluster: error:") and needle in lines[0], _show(p)
+        assert len(lines) == 1 and lines[0].startswith("emulated-cluster: error:") and needle in lines[0], show(p)
     p = _script("down", "--name", f"hpcgc-ci-absent-{uuid.uuid4().hex[:6]}")
     if p.returncode != 3:
-        assert p.returncode == 0 and "was not up" in p.stdout, _show(p)
+        assert p.returncode == 0 and "was not up" in p.stdout, show(p)
 
 
 def test_ring_allreduce_model_hand_computed():

@@ -6,11 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hpcgc import results
-from tests.conftest import run_mpi
-
-
-def _show(p):
-    return f"exit {p.returncode}\n--- stdout\n{p.stdout[-4000:]}\n--- stderr\n{p.stderr[-4000:]}"
+from tests.conftest import run_mpi, show
 
 
 def floor_rows(stdout: str) -> list[dict]:
@@ -34,7 +30,7 @@ def test_floor_command_table_and_file(tmp_path, n):
     p = run_mpi(n, ["-m", "hpcgc.bench", "floor", "--set", "run.iterations=30", "--set", "sweep.algorithm=[\"diana\"]",
                     "--set", "sweep.compressor=[\"qsgd:s=2\", \"randk:k=6\"]", "--floor-seconds", "0.05",
                     "-q", "-o", str(out)], timeout=300)
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     rows = floor_rows(p.stdout)
     runs = results.load(out)
     assert [r["run"] for r in rows] == [r.run_id[:3] for r in runs] and len(rows) == 2
@@ -52,6 +48,6 @@ def test_floor_command_table_and_file(tmp_path, n):
 def test_bad_floor_seconds_is_one_message_exit_2_no_file(tmp_path):
     out = tmp_path / "x.h5"
     p = run_mpi(2, ["-m", "hpcgc.bench", "floor", "--floor-seconds", "0", "-o", str(out)], timeout=120)
-    assert p.returncode == 2, _show(p)
-    assert p.stderr.count("hpcgc: error: --floor-seconds must be > 0, got 0.0") == 1, _show(p)
+    assert p.returncode == 2, show(p)
+    assert p.stderr.count("hpcgc: error: --floor-seconds must be > 0, got 0.0") == 1, show(p)
     assert not list(tmp_path.glob("x.h5*"))

@@ -20,15 +20,13 @@ import pytest
 
 from hpcgc import results
 from hpcgc.results import PHASES
-from tests.conftest import ROOT, mpi_env, run_mpi
+from tests.conftest import ROOT, mpi_env, run_mpi, show
 
 ARTIFACTS = Path(os.environ.get("HPCGC_TEST_ARTIFACTS", ROOT / "test-artifacts"))
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
-def _show(p):
-    return f"exit {p.returncode}\n--- stdout\n{p.stdout[-3000:]}\n--- stderr\n{p.stderr[-3000:]}"
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +38,7 @@ def experiment(tmp_path_factory):
     p = run_mpi(4, ["-m", "hpcgc.bench", "--set", "sweep.algorithm=['dcgd','diana']",
                     "--set", "sweep.compressor=['qsgd:s=2','randk:k=6']", "--set", "run.iterations=60",
                     "-o", str(out), "-q"], timeout=300)
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     return out
 
 
@@ -132,7 +130,7 @@ def html_report(experiment, tmp_path_factory):
     assert ROOT not in outside.parents
     p = _hpcgc_outside(["report", str(experiment.parent), "-o", "rep", "--eps", "1e-2", "--format", "png"],
                        outside)
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     return outside / "rep"
 
 
@@ -191,9 +189,9 @@ def test_report_html_in_headless_chromium(html_report, tmp_path):
     base = [exe, *BROWSER_FLAGS, "--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000"]
     dom = subprocess.run([*base, f"--user-data-dir={tmp_path / 'profile-a'}", "--dump-dom", probe.as_uri()],
                          capture_output=True, text=True, timeout=120)
-    assert dom.returncode == 0, _show(dom)
+    assert dom.returncode == 0, show(dom)
     start = dom.stdout.find('<pre id="hpcgc-check">')
-    assert start >= 0, "the page did not finish loading:\n" + _show(dom)
+    assert start >= 0, "the page did not finish loading:\n" + show(dom)
     import html as _html
     raw = dom.stdout[start + len('<pre id="hpcgc-check">'):dom.stdout.index("</pre>", start)]
     check = json.loads(_html.unescape(raw))
@@ -209,5 +207,5 @@ def test_report_html_in_headless_chromium(html_report, tmp_path):
     shot.unlink(missing_ok=True)
     s = subprocess.run([*base, f"--user-data-dir={tmp_path / 'profile-b'}", "--window-size=1280,2400",
                         f"--screenshot={shot}", page.as_uri()], capture_output=True, text=True, timeout=120)
-    assert s.returncode == 0 and shot.exists(), _show(s)
+    assert s.returncode == 0 and shot.exists(), show(s)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000

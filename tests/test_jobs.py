@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hpcgc import config, results
-from tests.conftest import ROOT, libsvm_path, mpi_env
+from tests.conftest import ROOT, libsvm_path, mpi_env, show
 
 JOBS = ROOT / "jobs"
 SCRIPTS = sorted([*JOBS.glob("*.sh"), *JOBS.glob("*.sbatch"), JOBS / "site.env",
@@ -38,8 +38,6 @@ def run(cmd, env=None, timeout=180, **kw):
                           timeout=timeout, **kw)
 
 
-def _show(p):
-    return f"exit {p.returncode}\n--- stdout\n{p.stdout[-3000:]}\n--- stderr\n{p.stderr[-3000:]}"
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -57,7 +55,7 @@ def test_experiment_file_validates(exp):
     if m:
         libsvm_path(m.group(1))                    # skips with a reason if the real data is absent
     p = run([sys.executable, "-m", "hpcgc.bench", "validate", "--config", str(exp)])
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     n = int(re.search(r"^grid points: (\d+)$", p.stdout, re.MULTILINE).group(1))
     assert n == len(config.expand(config.load_file(str(exp))))
     assert len(re.findall(r"^  \S+: ", p.stdout, re.MULTILINE)) == n         # the plan: one line per grid point
@@ -105,14 +103,14 @@ def test_submit_refuses_more_tasks_than_max_array_size(fake_slurm, tmp_path):
     env, log = fake_slurm
     env["HPCGC_MAX_ARRAY_SIZE"] = "4"
     p = run([str(JOBS / "submit.sh"), "--out-dir", str(tmp_path / "out"), "jobs/experiments/default.toml"], env=env)
-    assert p.returncode == 3, _show(p)
+    assert p.returncode == 3, show(p)
     assert "6 grid points -> 6 array tasks" in p.stderr and "MaxArraySize of 4" in p.stderr, p.stderr
     assert "--chunk 2" in p.stderr and "Nothing submitted" in p.stderr
     assert not log.exists()                                            # said so before submitting
     # with two grid points per task it fits: 3 tasks, and the job script learns the chunk
     p = run([str(JOBS / "submit.sh"), "--chunk", "2", "--out-dir", str(tmp_path / "out"),
              "jobs/experiments/default.toml", "--set", "run.iterations=50"], env=env)
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     args = log.read_text().splitlines()
     assert "--array=0-2" in args and "--ntasks=4" in args and "--time=00:20:00" in args   # jobs/default.sbatch
     assert any(a.startswith("--export=ALL,") and "HPCGC_CHUNK=2" in a for a in args)
@@ -124,7 +122,7 @@ def test_submit_refuses_more_tasks_than_max_array_size(fake_slurm, tmp_path):
     (tmp_path / "out" / "task-0.h5").write_bytes(b"")
     p = run([str(JOBS / "submit.sh"), "--chunk", "2", "--out-dir", str(tmp_path / "out"),
              "jobs/experiments/default.toml"], env=env)
-    assert p.returncode == 2 and "earlier submission" in p.stderr, _show(p)
+    assert p.returncode == 2 and "earlier submission" in p.stderr, show(p)
 
 
 def test_submit_rejects_invalid_experiment(fake_slurm, tmp_path):
@@ -132,7 +130,7 @@ def test_submit_rejects_invalid_experiment(fake_slurm, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "bad"\n[run]\ncompressor = "zip"\n')
     p = run([str(JOBS / "submit.sh"), str(bad)], env=env)
-    assert p.returncode == 2 and "unknown compressor" in p.stderr and "nothing submitted" in p.stderr, _show(p)
+    assert p.returncode == 2 and "unknown compressor" in p.stderr and "nothing submitted" in p.stderr, show(p)
     assert not log.exists()
 
 
@@ -154,7 +152,7 @@ def test_resubmit_failed_picks_missing_and_incomplete(fake_slurm, tmp_path):
     _results_file(d / "t3.h5", complete=False).rename(d / "task-3.h5")   # complete = false
     _results_file(d / "task-4.h5", complete=True)
     p = run([str(JOBS / "resubmit-failed.sh"), str(d), "--time=02:00:00"], env=env)
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     assert "task 1: only a .partial file" in p.stdout and "task 2: no results file" in p.stdout
     assert "task 3: complete = false" in p.stdout and "2 complete, 0 queued/running, 3 failed" in p.stdout
     args = log.read_text().splitlines()
@@ -165,7 +163,7 @@ def test_resubmit_failed_picks_missing_and_incomplete(fake_slurm, tmp_path):
     log.unlink()
     env["FAKE_SQUEUE_TASKS"] = "2"
     p = run([str(JOBS / "resubmit-failed.sh"), "--dry-run", str(d)], env=env)
-    assert p.returncode == 0 and "task 2: still queued or running" in p.stdout, _show(p)
+    assert p.returncode == 0 and "task 2: still queued or running" in p.stdout, show(p)
     assert "--array=1,3" in p.stdout and "dry run" in p.stdout and not log.exists()
     # nothing to do
     for i in (1, 2, 3):
@@ -173,7 +171,7 @@ def test_resubmit_failed_picks_missing_and_incomplete(fake_slurm, tmp_path):
         (d / f"task-{i}.h5").unlink(missing_ok=True)
         _results_file(d / f"task-{i}.h5", complete=True)
     p = run([str(JOBS / "resubmit-failed.sh"), str(d)], env=env)
-    assert p.returncode == 0 and "nothing to resubmit" in p.stdout and not log.exists(), _show(p)
+    assert p.returncode == 0 and "nothing to resubmit" in p.stdout and not log.exists(), show(p)
     p = run([str(JOBS / "resubmit-failed.sh"), str(tmp_path)], env=env)
     assert p.returncode == 2 and "sweep.env not found" in p.stderr
 
@@ -200,7 +198,7 @@ def test_batch_script_outside_slurm_as_array_task(tmp_path):
     exp.write_text(TINY)
     env = jobs_env(HPCGC_NTASKS=2, HPCGC_CHUNK=2, SLURM_ARRAY_TASK_ID=1, HPCGC_RESULTS_DIR=tmp_path / "res")
     p = run(["bash", str(JOBS / "hpcgc.sbatch"), str(exp)], env=env, timeout=240)
-    assert p.returncode == 0, _show(p)
+    assert p.returncode == 0, show(p)
     out = tmp_path / "res" / "tiny" / "task-1.h5"
     res = results.load(out)
     assert res.complete and res.attrs["world_size"] == 2 and res.attrs["slurm_array_task_id"] == "1"
@@ -209,4 +207,4 @@ def test_batch_script_outside_slurm_as_array_task(tmp_path):
     # a task beyond the grid is an error before anything runs
     env["SLURM_ARRAY_TASK_ID"] = "2"
     p = run(["bash", str(JOBS / "hpcgc.sbatch"), str(exp)], env=env)
-    assert p.returncode == 2 and "beyond the grid of 3 point(s)" in p.stderr, _show(p)
+    assert p.returncode == 2 and "beyond the grid of 3 point(s)" in p.stderr, show(p)
