@@ -22,10 +22,7 @@ class Allgather(Exchange):
     summary = "every rank Allgatherv's the payloads and decodes them all (no server, no downlink)"
 
     def exchange(self, msg, ss):
-        t1 = t0 = wtime()
-        if self.split:
-            self.t.sync()
-            t1 = wtime()
+        t0, t1 = self._arrive()
         got = self.t.allgather_payloads(msg)
         t2 = wtime()
         self.x[:] = self.alg.server_step(ss, self._messages(got))

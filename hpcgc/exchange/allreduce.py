@@ -47,10 +47,7 @@ class Allreduce(Exchange):
         codec, v, extra, wait, up = self.codec, msg, 0.0, 0.0, 0.0
         t = self.t
         for r, total in enumerate(self.sums):
-            t1 = t0 = wtime()
-            if self.split:
-                t.sync()
-                t1 = wtime()
+            t0, t1 = self._arrive()
             t.allreduce_sum(v, total)
             t2 = wtime()
             wait += t1 - t0

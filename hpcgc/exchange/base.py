@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from ..errors import ConfigError
-from ..transport import LEDGER, LENGTH_BYTES
+from ..transport import LEDGER, LENGTH_BYTES, wtime
 
 CONTINUE, STOP, DIVERGED = 0.0, 1.0, 2.0
 EMPTY = np.zeros(0, dtype=np.uint8)
@@ -111,6 +111,15 @@ class Exchange:
         order) divided by the iterations done, per rank (``per_iteration[r]``: rank r's), i.e. the
         run's mean message sizes."""
         raise NotImplementedError
+
+    def _arrive(self) -> tuple[float, float]:
+        """(arrived, released): ``wtime()`` before and after the barrier that precedes each
+        collective when ``split`` is on; the same instant twice when it is off (no barrier)."""
+        t0 = wtime()
+        if not self.split:
+            return t0, t0
+        self.t.sync()
+        return t0, wtime()
 
     def _stepped(self):
         """After the server step: rank 0's untimed bookkeeping (bits, budgets)."""

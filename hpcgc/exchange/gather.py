@@ -46,11 +46,8 @@ class Gather(Exchange):
     def exchange(self, msg, ss):
         if self.downlink is not None:
             return self._exchange_compressed(msg, ss)
-        t, wait = self.t, self.split
-        t1 = t0 = wtime()
-        if wait:
-            t.sync()
-            t1 = wtime()
+        t = self.t
+        t0, t1 = self._arrive()
         got = t.gather_payloads(msg)
         t2 = wtime()
         if got is not None:
@@ -61,10 +58,7 @@ class Gather(Exchange):
             self.xbuf[-1] = DIVERGED if exploded(xs) else control
         else:
             t3 = t2
-        t5 = t4 = wtime()
-        if wait:
-            t.sync()
-            t5 = wtime()
+        t4, t5 = self._arrive()
         t.bcast(self.xbuf)
         t6 = wtime()
         self.x[:] = self.xbuf[:-1]
@@ -72,11 +66,8 @@ class Gather(Exchange):
 
     # -- compressed downlink (EF21-P) ---------------------------------------------------------------
     def _exchange_compressed(self, msg, ss):
-        t, wait = self.t, self.split
-        t1 = t0 = wtime()
-        if wait:
-            t.sync()
-            t1 = wtime()
+        t = self.t
+        t0, t1 = self._arrive()
         got = t.gather_payloads(msg)
         t2 = wtime()
         payload, control = None, CONTINUE
@@ -90,10 +81,7 @@ class Gather(Exchange):
                 payload, control = EMPTY, DIVERGED
         else:
             t3 = t2
-        t5 = t4 = wtime()
-        if wait:
-            t.sync()
-            t5 = wtime()
+        t4, t5 = self._arrive()
         payload, control = t.bcast_payload(payload, int(control))
         if control != DIVERGED:
             self._decode_down(payload)
