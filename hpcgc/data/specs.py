@@ -26,6 +26,16 @@ def _unknown(spec, extra=""):
     )
 
 
+def _spec_text(spec) -> str:
+    """The stripped specification string; ConfigError for a non-string or an empty one."""
+    if not isinstance(spec, str):
+        raise ConfigError(f"data set must be a name or a path, got {type(spec).__name__}")
+    text = spec.strip()
+    if not text:
+        raise ConfigError("empty data set name")
+    return text
+
+
 def check_spec(spec, partition_scheme=None) -> None:
     """Check a data set specification (and a partition scheme) without reading any data: a built-in
     name, a synthetic kind, or a LIBSVM file that exists and is a file. Raises what :func:`load`
@@ -34,11 +44,7 @@ def check_spec(spec, partition_scheme=None) -> None:
         _parse_scheme(partition_scheme)
     if isinstance(spec, os.PathLike):
         spec = os.fspath(spec)
-    if not isinstance(spec, str):
-        raise ConfigError(f"data set must be a name or a path, got {type(spec).__name__}")
-    text = spec.strip()
-    if not text:
-        raise ConfigError("empty data set name")
+    text = _spec_text(spec)
     low = text.lower()
     if low.startswith(SYNTHETIC_PREFIX):
         kind, *tokens = text[len(SYNTHETIC_PREFIX):].split(",")
@@ -71,11 +77,7 @@ def load(spec) -> Dataset:
     """Load a data set from a specification string (see the module docstring) or a path."""
     if isinstance(spec, os.PathLike):
         return _load_libsvm(os.fspath(spec), [])
-    if not isinstance(spec, str):
-        raise ConfigError(f"data set must be a name or a path, got {type(spec).__name__}")
-    text = spec.strip()
-    if not text:
-        raise ConfigError("empty data set name")
+    text = _spec_text(spec)
     low = text.lower()
     if low.startswith(LIBSVM_PREFIX):
         path_text, tokens = _split_path_and_options(text[len(LIBSVM_PREFIX) :])
