@@ -226,19 +226,19 @@ def test_command_writes_figures_and_table(produced, tmp_path):
     def first(run):                 # iterations at the first recorded row with f − f* ≤ 1e-3
         return run.series["iteration"][int(np.flatnonzero(run.series["suboptimality"] <= 1e-3)[0])]
 
-    def med(x):
-        return float(np.median(x))
+    def busy(pi):                   # rank 0's non-transfer time: means over the iterations after the first
+        return sum(float(pi[ph][1:, 0].mean()) for ph in ("grad", "compress", "server", "wait_up", "wait_down", "other"))
 
     pa, pd = a_run.per_iteration, d_run.per_iteration
     k_b, k_m = first(a_run), first(d_run)
     up_b = a_run.series["bits_up_wire"][-1, 0] / 8 / a_run.series["iteration"][-1]      # 120 B: 30 float32
     up_m = d_run.series["bits_up_wire"][-1, 1] / 8 / d_run.series["iteration"][-1]      # length word + payload
     # baseline: MPI_Allreduce of 120 B (≤ 2 KiB: recursive doubling, lg 2 = 1 step): α + 120 β
-    p_b = k_b * (med(np.max(pa["grad"] + pa["compress"], axis=1)) + med(np.max(pa["server"], axis=1)) + lat.alpha)
+    p_b = k_b * (busy(pa) + lat.alpha)
     q_b = k_b * up_b
     # DIANA + QSGD, gather: Gather of the 4-byte lengths (α + 4β), Gatherv of rank 1's payload
     # (α + (up − 4)β), binomial Bcast of d + 1 = 31 float64 (α + 248β); the server at rank 0
-    p_m = k_m * (med(np.max(pd["grad"] + pd["compress"], axis=1)) + med(pd["server"][:, 0]) + 3 * lat.alpha)
+    p_m = k_m * (busy(pd) + 3 * lat.alpha)
     q_m = k_m * (4 + (up_m - 4) + 248)
     assert d_run.attrs["d"] == 30 and up_b == 120
     expect = be.break_even(p_m, q_m, p_b, q_b)
@@ -332,11 +332,14 @@ def _run(stop_measure="f - f*", tolerance=1e-3, per_iteration=True):
     grad = np.array([[1e-3, 2e-3], [3e-3, 1e-3], [1e-3, 1e-3]])        # (iterations, ranks) seconds
     comp = np.full((3, 2), 1e-4)
     serv = np.array([[5e-4, 0.0], [7e-4, 0.0], [6e-4, 0.0]])
+    wait = np.array([[9e-3, 0.0], [2e-4, 0.0], [4e-4, 0.0]])
+    other = np.array([[1e-5, 0.0], [3e-5, 0.0], [5e-5, 0.0]])
+    it = grad + comp + serv + wait + other + 1e-4
     series = {"iteration": np.array([0, 3]), "suboptimality": np.array([1.0, 1e-4]),
               "grad_norm_sq": np.array([4.0, 1e-3])}
-    time = {ph: np.vstack([np.zeros(2), v.sum(axis=0)]) for ph, v in (("grad", grad), ("compress", comp),
-                                                                       ("server", serv))}
-    pi = {"grad": grad, "compress": comp, "server": serv} if per_iteration else {}
+    phases = {"grad": grad, "compress": comp, "server": serv, "wait_up": wait, "other": other, "iter": it}
+    time = {ph: np.vstack([np.zeros(2), v.sum(axis=0)]) for ph, v in phases.items()}
+    pi = phases if per_iteration else {}
     run = results.Run("r", {"stop_measure": stop_measure}, {}, series, time, {}, pi)
     from hpcgc.analysis import tables
     return tables.RunInfo(run, "f.h5", True, False, 2, {"run.tolerance": tolerance})
@@ -344,15 +347,17 @@ def _run(stop_measure="f - f*", tolerance=1e-3, per_iteration=True):
 
 def test_phases_targets_and_common_target():
     ri = _run()
-    ph = be.compute_phases(ri.run)
-    assert ph["grad"].shape == (3, 2)
-    # gather: median over iterations of max over ranks (grad + compress), median of rank 0's server
+    # rank 0's means over the iterations after the first; the first iteration's wall-clock apart
+    ph = be.rank0_means(ri.run)
+    assert ph["grad"] == pytest.approx(2e-3) and ph["wait_down"] == 0.0     # a phase the file lacks
+    assert ph["first"] == pytest.approx(1e-3 + 1e-4 + 5e-4 + 9e-3 + 1e-5 + 1e-4)
     m = be.measure_run(ri, be.Target("suboptimality", 1e-3))
-    assert m["workers"] == pytest.approx(np.median([2.1e-3, 3.1e-3, 1.1e-3]))
-    assert m["server"] == pytest.approx(6e-4) and m["iterations"] == 3
-    # without per_iteration/: the totals over 3 iterations, one row
-    ph = be.compute_phases(_run(per_iteration=False).run)
-    assert ph["grad"] == pytest.approx(np.array([[5e-3 / 3, 4e-3 / 3]]))
+    assert m["workers"] == pytest.approx(2.1e-3) and m["server"] == pytest.approx(6.5e-4)
+    assert m["idle"] == pytest.approx(3e-4) and m["other"] == pytest.approx(4e-5) and m["iterations"] == 3
+    # without per_iteration/: rank 0's totals over 3 iterations, one row, no first iteration
+    ph = be.rank0_means(_run(per_iteration=False).run)
+    assert ph["grad"] == pytest.approx(5e-3 / 3) and ph["wait_up"] == pytest.approx(9.6e-3 / 3)
+    assert math.isnan(ph["first"])
     # the gradient measure of problems without f*: ‖∇f‖² / ‖∇f(x⁰)‖²
     g = _run(stop_measure="grad_norm_sq / grad_norm_sq[0]")
     assert be.target_series(g.run, "grad_ratio") == pytest.approx([1.0, 2.5e-4])

@@ -12,6 +12,7 @@ the kernel's veth, bridge and tbf; MPICH's hydra mpiexec); skipped with the reas
 """
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 import subprocess
@@ -148,6 +149,24 @@ def test_allreduce_baseline_matches_ring_model_on_2_emulated_nodes(tmp_path):
         # provider's progress, not the link, sets the time (docs/emulated-cluster.md)
         pytest.skip(f"machine overloaded (load {busy:.1f} per CPU): measured/model {ratio:.3f} not judged")
     assert abs(ratio - 1) <= TOLERANCE, (measured, predicted, ratio)
+
+    # the break-even report's own check of the same run (docs/breakeven.md): time to the run's last
+    # recorded f − f* predicted from its measured non-transfer time and the Allreduce priced by the
+    # line fitted to the collectives file around its message size, against the measured time
+    eps = float(results.load(out)[0].series["suboptimality"][-1]) * 1.0001
+    rep = tmp_path / "breakeven"
+    p = subprocess.run([sys.executable, "-m", "hpcgc", "breakeven", str(out), "--collectives", str(coll),
+                        "--latency-us", "100", "--eps", repr(eps), "-o", str(rep)],
+                       capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert p.returncode == 0, show(p)
+    with open(rep / "check.csv", newline="") as fh:
+        (row,) = list(csv.DictReader(fh))
+    check_ratio = float(row["ratio"])
+    print(f"breakeven check: measured {float(row['measured_s']):.3f} s, predicted {float(row['predicted_s']):.3f} s "
+          f"over {row['iterations']} iterations, ratio {check_ratio:.3f} ({row['alpha_beta']})")
+    if busy > 1.5 and abs(check_ratio - 1) > TOLERANCE:
+        pytest.skip(f"machine overloaded (load {busy:.1f} per CPU): breakeven check {check_ratio:.3f} not judged")
+    assert abs(check_ratio - 1) <= TOLERANCE, row
 
 
 def test_refuses_clearly_without_privileges_or_with_bad_input():

@@ -6,10 +6,15 @@ experiment's target on a network of latency α and inverse bandwidth β, with ``
     T(α, β, n) = K · ( c(n) + a(n)·α + b(n)·β + g(n)·γ )
 
 - K: the iterations the run needed to reach the target (mean over seeds; assumed independent of n);
-- c(n): the measured compute per iteration — medians over iterations of the max over workers of
-  grad + compress, plus the server phase (decode, aggregate, step: at the root under ``gather``,
-  on every rank otherwise), the server phase scaled by n / n_run under ``gather`` and ``allgather``
-  (it decodes one message per worker) and constant under ``allreduce``;
+- c(n): everything of an iteration that is not a transfer, measured on rank 0's timeline (the
+  root under ``gather``; any rank is on the critical path of a symmetric collective) as means over
+  the iterations after the first (the first carries one-time costs: connections made at first
+  contact, first touch of buffers; reported apart): its compute — grad + compress, plus the server
+  phase (decode, aggregate, step: at the root under ``gather``, on every rank otherwise), scaled by
+  n / n_run under ``gather`` and ``allgather`` (it decodes one message per worker) and constant under
+  ``allreduce`` — its idle time before the collectives (``wait_up`` + ``wait_down``: waiting for the
+  slowest rank, and for the server step) and hpcgc's bookkeeping (``other``); both assumed
+  independent of the bandwidth and of n;
 - a, b, g: the coefficients of the collectives the run issues per iteration, with the run's message
   sizes (bytes each worker handed to MPI, from the transport's ledger), in MPICH's algorithms
   (:mod:`hpcgc.analysis.costmodels`, Thakur, Rabenseifner & Gropp 2005):
@@ -37,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..collectives import format_bytes
 from . import costmodels as cm
 from . import tables
 from .projection import LENGTH_BYTES, first_reached
@@ -61,17 +67,27 @@ def beta_to_gbps(beta):
 
 
 # -- what a run measured ---------------------------------------------------------------------------
-def compute_phases(run) -> dict:
-    """Per-iteration, per-rank seconds of the compute phases ``grad``, ``compress``, ``server`` —
-    the one place the break-even report reads phase times (``per_iteration/``; without it, one row
-    of the cumulative totals / iterations). Keys other than these phases are ignored."""
+PHASES = ("grad", "compress", "wait_up", "comm_up", "server", "wait_down", "comm_down", "other", "iter")
+
+
+def rank0_means(run) -> dict:
+    """Rank 0's mean seconds per iteration of every phase of :data:`PHASES`, over the iterations
+    after the first (``per_iteration/``; without it, one row of the cumulative totals / iterations),
+    and ``first``: its first iteration's wall-clock (NaN without ``per_iteration/``) — the one place
+    the break-even report reads phase times. Phases a file does not have count as 0."""
     pi = run.per_iteration
-    if pi and all(ph in pi for ph in COMPUTE_PHASES) and len(pi["grad"]):
-        return {ph: np.asarray(pi[ph], dtype=float) for ph in COMPUTE_PHASES}
+    if pi and "grad" in pi and len(pi["grad"]):
+        out = {}
+        for ph in PHASES:
+            a = np.asarray(pi[ph], dtype=float)[:, 0] if ph in pi else np.zeros(1)
+            a = a[1:] if a.size > 1 else a
+            out[ph] = float(np.nanmean(a)) if np.isfinite(a).any() else 0.0
+        out["first"] = float(np.asarray(pi["iter"], dtype=float)[0, 0]) if "iter" in pi else float("nan")
+        return out
     k = max(int(run.series["iteration"][-1]), 1)
-    P = int(run.time["iter"].shape[1]) if "iter" in run.time else 1
-    return {ph: (np.asarray(run.time[ph], dtype=float)[-1:] / k if ph in run.time else np.zeros((1, P)))
-            for ph in COMPUTE_PHASES}
+    out = {ph: float(np.asarray(run.time[ph], dtype=float)[-1, 0]) / k if ph in run.time else 0.0 for ph in PHASES}
+    out["first"] = float("nan")
+    return out
 
 
 def target_series(run, metric: str) -> np.ndarray:
@@ -134,20 +150,23 @@ class MethodModel:
     collective: str
     iterations: float          # to target, mean over seeds (NaN: some seed never reached it)
     reached: str               # "seeds reached / seeds"
-    workers: float             # seconds per iteration: median of max over workers of grad + compress
-    server: float              # seconds per iteration: median of the server phase at the run's n
+    workers: float             # seconds per iteration: rank 0's grad + compress (mean after the first)
+    server: float              # seconds per iteration: rank 0's server phase at the run's n
     up_bytes: float            # bytes per worker per iteration handed to MPI on the uplink
     down_bytes: float = 0.0    # bytes broadcast per iteration (Bcast buffers, once each)
     rounds: int = 1            # MPI_Allreduce calls per iteration
     down_bcasts: int = 1       # Bcasts per iteration (2 with a compressed downlink)
     baseline: bool = False
     runs: list = field(default_factory=list, repr=False)
+    idle: float = 0.0          # seconds per iteration: rank 0's wait_up + wait_down
+    other: float = 0.0         # seconds per iteration: rank 0's bookkeeping (``other``)
 
     def compute(self, n) -> np.ndarray:
-        """Compute seconds per iteration at n processes (the server's decoding ∝ n, except Allreduce)."""
+        """Seconds per iteration that are not transfers, at n processes: compute (the server's decoding
+        ∝ n, except under Allreduce), idle and bookkeeping."""
         n = np.asarray(n, dtype=float)
         scale = 1.0 if self.collective == "allreduce" else n / self.ranks
-        return self.workers + self.server * scale
+        return self.workers + self.server * scale + self.idle + self.other
 
     def coefficients(self, n):
         """(a, b, g) per iteration: communication = a·α + b·β + g·γ at n processes."""
@@ -214,19 +233,12 @@ def exchange_coefficients(collective: str, up_bytes, down_bytes, n, rounds: int 
     return _add(*(abg for _, abg in exchange_parts(collective, up_bytes, down_bytes, n, rounds, down_bcasts)))
 
 
-def _median(v) -> float:
-    v = np.asarray(v, dtype=float)
-    v = v[np.isfinite(v)]
-    return float(np.median(v)) if v.size else 0.0
-
-
 def measure_run(ri, target: Target) -> dict:
-    """One run's iterations to target, compute medians and bytes per iteration."""
+    """One run's iterations to target, rank 0's per-iteration means (:func:`rank0_means`) and bytes
+    per iteration."""
     r = ri.run
     collective = r.attrs.get("collective", "gather")
-    ph = compute_phases(r)
-    workers = _median(np.max(ph["grad"] + ph["compress"], axis=1))
-    server = _median(ph["server"][:, 0] if collective == "gather" else np.max(ph["server"], axis=1))
+    ph = rank0_means(r)
     it = np.asarray(r.series["iteration"])
     k = max(int(it[-1]), 1)
     wire = np.asarray(r.series.get("bits_up_wire", np.zeros((len(it), 1))), dtype=float)
@@ -236,8 +248,10 @@ def measure_run(ri, target: Target) -> dict:
     up = float(wire[-1, crossed].mean() / 8 / k) if wire.size else 0.0
     down = float(np.asarray(r.series.get("bits_down_wire", [0.0]), dtype=float)[-1] / 8 / k)
     t = first_reached(target_series(r, target.metric), target.eps)
-    return {"iterations": float(it[t]) if t is not None else float("nan"), "workers": workers,
-            "server": server, "up": up, "down": down, "collective": collective,
+    return {"iterations": float(it[t]) if t is not None else float("nan"),
+            "workers": ph["grad"] + ph["compress"], "server": ph["server"],
+            "idle": ph["wait_up"] + ph["wait_down"], "other": ph["other"], "first": ph["first"],
+            "up": up, "down": down, "collective": collective,
             "rounds": int(r.attrs.get("exchange_rounds", 1)),
             "down_bcasts": 1 if r.attrs.get("downlink", "dense") == "dense" else 2}
 
@@ -261,13 +275,15 @@ def method_models(coll, target: Target) -> list[MethodModel]:
         per = [measure_run(ri, target) for ri in m.runs]
         its = [p["iterations"] for p in per]
         reached = sum(1 for v in its if math.isfinite(v))
-        mean = {key: float(np.mean([p[key] for p in per])) for key in ("workers", "server", "up", "down")}
+        mean = {key: float(np.mean([p[key] for p in per]))
+                for key in ("workers", "server", "idle", "other", "up", "down")}
         out.append(MethodModel(
             label=_label(m.label), panel=m.panel, ranks=m.ranks, collective=per[0]["collective"],
             iterations=float(np.mean(its)) if reached == len(its) else float("nan"),
             reached=f"{reached}/{len(its)}", workers=mean["workers"], server=mean["server"],
             up_bytes=mean["up"], down_bytes=mean["down"], rounds=per[0]["rounds"],
-            down_bcasts=per[0]["down_bcasts"], baseline=is_baseline(m.runs[0]), runs=m.runs))
+            down_bcasts=per[0]["down_bcasts"], baseline=is_baseline(m.runs[0]), runs=m.runs,
+            idle=mean["idle"], other=mean["other"]))
     seen: dict = {}
     for mm in out:
         seen.setdefault((mm.panel, mm.label), []).append(mm)
@@ -461,10 +477,13 @@ def build(results, latency: Latency, gbps, n_max: int = 1024, eps=None, metric=N
 # -- the model checked against measured runs --------------------------------------------------------
 CHECK_TOLERANCE = 0.25          # |measured / predicted − 1| above this is marked
 CHECK_COLUMNS = ("panel", "method", "collective", "ranks", "run_id", "up_to", "iterations",
-                 "measured_s", "predicted_s", "ratio", "mark", "predicted_s_median_ab", "ratio_median_ab",
-                 "predicted_s_measured_collectives", "ratio_measured_collectives", "compute_s", "alpha_beta")
+                 "measured_s", "predicted_s", "ratio", "mark", "ratio_after_first", "predicted_s_global_fit",
+                 "ratio_global_fit", "predicted_s_median_ab", "ratio_median_ab",
+                 "predicted_s_measured_collectives", "ratio_measured_collectives", "compute_s", "idle_s", "other_s",
+                 "first_iteration_s", "alpha_beta")
 CHECK_MD_COLUMNS = ("method", "collective", "ranks", "up_to", "iterations", "measured_s", "predicted_s",
-                    "ratio", "mark", "ratio_median_ab", "ratio_measured_collectives", "alpha_beta")
+                    "ratio", "mark", "ratio_after_first", "ratio_global_fit", "ratio_measured_collectives",
+                    "first_iteration_s", "alpha_beta")
 
 
 def op_alpha_beta(latency: Latency, op: str) -> tuple[float, float]:
@@ -486,6 +505,64 @@ def predicted_run_time(m: MethodModel, latency: Latency, iterations: float, gamm
     return iterations * (float(m.compute(m.ranks)) + comm)
 
 
+def iteration_messages(m: MethodModel) -> list[tuple[str, float, int]]:
+    """The operations of one iteration as ``bench collectives`` measures them: ``(op, bytes per rank,
+    calls)`` — the same parts as :func:`exchange_parts`, one entry per message size."""
+    if m.collective == "allreduce":
+        return [("allreduce", m.up_bytes / m.rounds, m.rounds)]
+    out = [(m.collective, max(m.up_bytes - LENGTH_BYTES, 0.0), 1)]
+    if m.collective == "gather":
+        out += ([("bcast", m.down_bytes, 1)] if m.down_bcasts == 1 else
+                [("bcast", HEADER_BYTES, 1), ("bcast", max(m.down_bytes - HEADER_BYTES, 0.0), 1)])
+    return out
+
+
+LOCAL_SPAN = 4.0                # the local fit uses the measured sizes within this factor of the message
+
+
+def local_fit(latency: Latency, op: str, nbytes: float) -> tuple[float, float] | None:
+    """(α_c, β_c) of ``op``'s time t = α_c + β_c·s fitted, like ``bench collectives`` (least squares in
+    relative error), over the sizes the collectives file measured within a factor :data:`LOCAL_SPAN`
+    of ``nbytes`` (at least the two nearest): the line through the regime the message is in. One line
+    over 4 B … 8 MiB follows the many small sizes and misses the large-message slope on a shaped
+    link (a token bucket passes its burst at full speed); None when the file did not measure ``op``."""
+    if op not in latency.measured or nbytes <= 0:
+        return None
+    size, avg = latency.measured[op]
+    sel = np.flatnonzero((size >= nbytes / LOCAL_SPAN) & (size <= nbytes * LOCAL_SPAN))
+    if sel.size < 2:
+        sel = np.argsort(np.abs(np.log(size / nbytes)))[:2]
+    A = np.stack([np.ones(sel.size), size[sel]], axis=1) / avg[sel, None]
+    (ac, bc), *_ = np.linalg.lstsq(A, np.ones(sel.size), rcond=None)
+    return float(ac), float(bc)
+
+
+def message_seconds_local(latency: Latency, op: str, nbytes: float, n: int) -> float:
+    """Seconds of one ``op`` of ``nbytes`` per rank at n processes from the cost model with a
+    point-to-point α, β fitted locally (:func:`local_fit`): β = β_c over the model's bandwidth slope
+    at that size and the file's rank count, α such that the model equals the local line there; at
+    the file's own n this is the local line itself. Falls back to :func:`op_alpha_beta`."""
+    nf = latency.ranks or n
+    fit = local_fit(latency, op, nbytes)
+    a, b, g = (float(v) for v in op_coefficients(op, nbytes, n))
+    if fit is None:
+        alpha, beta = op_alpha_beta(latency, op)
+        return a * alpha + b * beta
+    ac, bc = fit
+    af, bf, _ = (float(v) for v in op_coefficients(op, nbytes, nf))
+    slope = (float(op_coefficients(op, nbytes * 1.01, nf)[1]) - bf) / (0.01 * nbytes)
+    beta = bc / slope if slope > 0 and bc > 0 else op_alpha_beta(latency, op)[1]
+    alpha = (ac + bc * nbytes - bf * beta) / af if af > 0 else op_alpha_beta(latency, op)[0]
+    return a * alpha + b * beta
+
+
+def predicted_run_time_local(m: MethodModel, latency: Latency, iterations: float) -> float:
+    """Like :func:`predicted_run_time`, with α, β fitted per message size (:func:`message_seconds_local`)."""
+    comm = sum(calls * message_seconds_local(latency, op, nbytes, m.ranks) for op, nbytes, calls in
+               iteration_messages(m) if nbytes > 0)
+    return iterations * (float(m.compute(m.ranks)) + comm)
+
+
 def table_seconds(latency: Latency, op: str, nbytes: float) -> float:
     """Seconds of one ``op`` with ``nbytes`` per rank as the collectives file measured it: its mean
     time interpolated log-log between the measured sizes (proportional beyond the largest); NaN
@@ -502,15 +579,7 @@ def predicted_run_time_table(m: MethodModel, latency: Latency, iterations: float
     """Like :func:`predicted_run_time`, with every collective of an iteration priced at the time the
     collectives file measured for that operation and message size instead of the α-β model: it
     separates the α-β fit's error from everything else (compute, waiting, bookkeeping)."""
-    if m.collective == "allreduce":
-        comm = m.rounds * table_seconds(latency, "allreduce", m.up_bytes / m.rounds)
-    else:
-        payload = max(m.up_bytes - LENGTH_BYTES, 0.0)
-        comm = table_seconds(latency, m.collective, payload)
-        if m.collective == "gather":
-            comm += (table_seconds(latency, "bcast", m.down_bytes) if m.down_bcasts == 1 else
-                     table_seconds(latency, "bcast", HEADER_BYTES) +
-                     table_seconds(latency, "bcast", max(m.down_bytes - HEADER_BYTES, 0.0)))
+    comm = sum(calls * table_seconds(latency, op, nbytes) for op, nbytes, calls in iteration_messages(m))
     return iterations * (float(m.compute(m.ranks)) + comm)
 
 
@@ -522,9 +591,13 @@ def measured_run_time(run, row: int) -> float:
     return float(costs(run).measured[row])
 
 
+def _ratio(measured: float, predicted: float) -> float:
+    return measured / predicted if predicted > 0 else float("nan")
+
+
 def check(models: list[MethodModel], target: Target, latency: Latency, gamma: float = 0.0) -> list[dict]:
     """Model against measurement, run by run: the predicted time to target at the run's own n (its
-    iterations to target, its measured compute medians and message sizes, the collectives file's α, β
+    iterations to target, rank 0's measured non-transfer time per iteration, its message sizes, the collectives file's α, β
     per operation) next to the measured one (:func:`measured_run_time`), and their ratio. A run that
     never reached the target is compared over all its iterations (``up_to`` says which)."""
     rows = []
@@ -537,16 +610,21 @@ def check(models: list[MethodModel], target: Target, latency: Latency, gamma: fl
             row = t if t is not None else len(it) - 1
             k = float(it[row])
             one = MethodModel(m.label, m.panel, m.ranks, p["collective"], k, "", p["workers"], p["server"],
-                              p["up"], p["down"], p["rounds"], p["down_bcasts"])
-            pred = predicted_run_time(one, latency, k, gamma)
+                              p["up"], p["down"], p["rounds"], p["down_bcasts"], idle=p["idle"], other=p["other"])
+            pred = predicted_run_time_local(one, latency, k)
+            pred_glob = predicted_run_time(one, latency, k, gamma)
             pred_med = float(one.time(m.ranks, latency.alpha, gbps_to_beta(latency.machine_gbps), gamma))
             meas = measured_run_time(r, row)
             pred_tab = predicted_run_time_table(one, latency, k)
             ratio = meas / pred if pred > 0 else float("nan")
-            ops = [op for op, _ in exchange_parts(one.collective, one.up_bytes, one.down_bytes, m.ranks,
-                                                  one.rounds, one.down_bcasts)]
-            used = "; ".join(f"{op} {op_alpha_beta(latency, op)[0] * 1e6:.3g} µs, "
-                             f"{beta_to_gbps(op_alpha_beta(latency, op)[1]):.3g} Gb/s" for op in ops)
+            first = p["first"]
+            after = ((meas - first) / (pred * (k - 1) / k) if k > 1 and pred > 0 and math.isfinite(first)
+                     else float("nan"))
+            used = []
+            for op, nbytes, _ in iteration_messages(one):
+                fit = local_fit(latency, op, nbytes) if nbytes > 0 else None
+                if fit is not None:
+                    used.append(f"{op} {format_bytes(nbytes)}: α_c {fit[0] * 1e6:.3g} µs, β_c {fit[1] * 1e9:.3g} ns/B")
             off = math.isfinite(ratio) and abs(ratio - 1) > CHECK_TOLERANCE
             rows.append({
                 "panel": tables.panel_title(m.panel), "method": m.label, "collective": one.collective,
@@ -554,22 +632,25 @@ def check(models: list[MethodModel], target: Target, latency: Latency, gamma: fl
                 "up_to": "target" if t is not None else "last row (target not reached)",
                 "iterations": int(k), "measured_s": meas, "predicted_s": pred, "ratio": ratio,
                 "mark": (f"OFF {100 * (ratio - 1):+.0f} %" if off else "ok") if math.isfinite(ratio) else "?",
-                "predicted_s_median_ab": pred_med,
-                "ratio_median_ab": meas / pred_med if pred_med > 0 else float("nan"),
-                "predicted_s_measured_collectives": pred_tab,
-                "ratio_measured_collectives": meas / pred_tab if pred_tab > 0 else float("nan"),
-                "compute_s": k * float(one.compute(m.ranks)), "alpha_beta": used})
+                "ratio_after_first": after,
+                "predicted_s_global_fit": pred_glob, "ratio_global_fit": _ratio(meas, pred_glob),
+                "predicted_s_median_ab": pred_med, "ratio_median_ab": _ratio(meas, pred_med),
+                "predicted_s_measured_collectives": pred_tab, "ratio_measured_collectives": _ratio(meas, pred_tab),
+                "compute_s": k * (one.workers + one.server), "idle_s": k * one.idle, "other_s": k * one.other,
+                "first_iteration_s": first, "alpha_beta": "; ".join(used)})
     return rows
 
 
 def check_markdown(rows: list[dict], target: Target, latency: Latency) -> str:
     head = (f"Model against measurement: time to {target.describe()} at each run's own n; measured = rank 0's "
             f"summed per-iteration wall-clock (time/iter) up to the first row at the target (evaluation and "
-            f"writing excluded); predicted = iterations × (measured compute medians + the collectives' cost "
-            f"models with α, β from each operation's own fit in {latency.source.split(' (')[0]}); ratio = "
-            f"measured / predicted, OFF where it is off by more than {100 * CHECK_TOLERANCE:.0f} %; "
-            f"ratio_median_ab: with the median α, β the break-even table uses; ratio_measured_collectives: with each "
-            f"collective priced at the file's measured time for its message size (no α-β fit)")
+            f"writing excluded); predicted = iterations × (rank 0's measured non-transfer time per iteration — "
+            f"compute, idle, bookkeeping; means after the first iteration — + the collectives' cost models with "
+            f"α, β fitted in {latency.source.split(' (')[0]} over the sizes within a factor {LOCAL_SPAN:g} of each "
+            f"message, alpha_beta); ratio = measured / predicted, OFF where it is off by more than "
+            f"{100 * CHECK_TOLERANCE:.0f} %; ratio_after_first: the same without the first iteration (one-time "
+            f"costs); ratio_global_fit: with each operation's one fit over all sizes; ratio_measured_collectives: "
+            f"with each collective priced at the file's measured time for its message size (no fit)")
     return tables.markdown_table(rows, CHECK_MD_COLUMNS, title=head)
 
 
@@ -655,7 +736,8 @@ def build_parser():
                     "time to the experiment's target against the link bandwidth, and the break-even bandwidth "
                     "below which the method beats the uncompressed Allreduce (identity under "
                     "run.collective = \"allreduce\"), at the runs' rank count and at n = 128. The model: the "
-                    "runs' measured compute per iteration (medians) and iterations to target, and MPICH's "
+                    "runs' measured time per iteration outside the transfers (compute, idle, bookkeeping: rank 0's "
+                    "means after the first iteration) and iterations to target, and MPICH's "
                     "collective algorithms (Thakur, Rabenseifner & Gropp 2005) with the runs' message sizes "
                     "and the latency α of a `bench collectives` file. docs/breakeven.md, docs/cost-models.md.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -705,7 +787,7 @@ def main(argv=None) -> int:
             latency = Latency(args.latency_us * 1e-6, "--latency-us")
             if args.collectives:
                 other = latency_from_collectives(args.collectives)
-                latency.machine_gbps, latency.ranks = other.machine_gbps, other.ranks
+                latency.machine_gbps, latency.ranks, latency.measured = other.machine_gbps, other.ranks, other.measured
         elif args.collectives:
             latency = latency_from_collectives(args.collectives)
         else:

@@ -16,25 +16,36 @@ from .setup import DataCache, plan
 from .signals import REQUEST, Interrupted
 
 
-def warm_jit(specs, transport: Transport):
+def warm_jit(specs, transport: Transport, sizes=()):
     """Load every compressor's kernels from numba's cache on every rank at once; only if some rank
-    misses one, compile on rank 0 first and then load on the others (RankOrderedJIT)."""
+    misses one, compile on rank 0 first and then load on the others (RankOrderedJIT).
+
+    Each spec is exercised at d = 64, then each ``(compressor, d)`` of ``sizes`` (the runs' own
+    compressors at their dimensions): some kernels exist only at large d or large k (top-k's sampled
+    threshold for d >= 2**16, a k that does not fit in 64), and a kernel first met inside a run's
+    iteration would put its compilation or cache load into that iteration's time."""
     from ..compressors.kernels._numba_cache import WouldCompile, cache_only
+
+    at_size = list({(c.spec, int(d)): (c, int(d)) for c, d in sizes}.values())
+
+    def exercise(c, d, rng):
+        try:
+            c.validate(d)
+        except ConfigError:
+            return
+        x = rng.standard_normal(d)
+        p = c.compress(x, rng)
+        c.decompress(p, d)
+        out = np.zeros(d)
+        c.decompress_add(p, d, out, 1.0)
+        c.model_bits(p, d)
 
     def warm():
         rng = np.random.default_rng(0)
-        x = rng.standard_normal(64)
         for spec in specs:
-            c = compressors.make(spec)
-            try:
-                c.validate(64)
-            except ConfigError:
-                continue
-            p = c.compress(x, rng)
-            c.decompress(p, 64)
-            out = np.zeros(64)
-            c.decompress_add(p, 64, out, 1.0)
-            c.model_bits(p, 64)
+            exercise(compressors.make(spec), 64, rng)
+        for c, d in at_size:
+            exercise(c, d, rng)
     missed = 0.0
     try:
         with cache_only():
@@ -104,7 +115,8 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
     from .. import provenance
 
     t = transport
-    warm_jit(sorted({r.comp.spec for r in runs}), t)
+    # each rank exercises its own worker's compressor at the run's d (the decoders are shared)
+    warm_jit(sorted({r.comp.spec for r in runs}), t, sizes=[(r.comps[t.rank % len(r.comps)], r.s.d) for r in runs])
     attrs = provenance.collect(t, list(argv))
     writer, err = None, None
     if t.is_root:
