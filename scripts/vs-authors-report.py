@@ -38,6 +38,22 @@ def ours(path: Path, iterations: int, n: int) -> tuple[float, float]:
     return 1e3 * float(np.median(it[:, 0])), 1e3 * float(np.median(it))
 
 
+def bits_check(work: Path, run: int) -> str:
+    """Uplink model MB of all workers over the same iterations of the last pair of runs (one-time
+    upload of S_i excluded): the two loops should send about the same (same steps, same code)."""
+    import pickle
+
+    (trace,) = sorted((work / "code" / "results").glob("a9a-*-SD-DIANA-plus-*"))
+    mbs, its = (pickle.load(open(trace / f"{k}_trace.p", "rb")) for k in ("mbs", "iter"))
+    (seed,) = [s for s in mbs if mbs[s]]            # the one seed run (VS_AUTHORS_SEEDS=1)
+    k = int(its[seed][-1])
+    (ours_run,) = results.load(work / f"hpcgc-{run}.h5")
+    at = list(ours_run.series["iteration"]).index(k)
+    bits = ours_run.series["bits_up_model"]
+    return (f"uplink model MB over iterations 0..{k} (run {run}, one-time upload excluded): authors "
+            f"{mbs[seed][-1] - mbs[seed][0]:.4f}, hpcgc {(bits[at].sum() - bits[0].sum()) / 8e6:.4f}")
+
+
 def main(argv: list[str]) -> None:
     if len(argv) != 4:
         sys.exit(__doc__)
@@ -64,6 +80,7 @@ def main(argv: list[str]) -> None:
     print(f"\nratio hpcgc / authors (rank 0, wall-clock of the iteration): {med[2] / med[0]:.3f} "
           f"(median of the runs' medians; median of the per-run ratios {med[4]:.3f}); "
           f"against their own timer: {med[2] / med[1]:.3f}")
+    print(bits_check(work, runs))
 
 
 if __name__ == "__main__":
