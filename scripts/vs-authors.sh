@@ -6,7 +6,10 @@
 #
 #   git clone https://github.com/bokun-wang/Paper_9107_code /tmp/Paper_9107_code
 #   git -C /tmp/Paper_9107_code checkout 144c6f35
-#   bash scripts/vs-authors.sh /tmp/Paper_9107_code [RUNS=3] [ITERATIONS=2000]
+#   bash scripts/vs-authors.sh /tmp/Paper_9107_code [RUNS=3] [ITERATIONS=2000] [hpcgc options...]
+#   bash scripts/vs-authors.sh /tmp/Paper_9107_code 3 2000 --set run.wait_phases=false
+#
+# Options after ITERATIONS go to hpcgc's side only (python -m hpcgc.bench ...), after the script's own.
 #
 # Their code is copied to a work directory and adapted there by scripts/vs-authors.patch (listed
 # at its top); the checkout is never modified and nothing of it enters this repository. Runs are
@@ -15,13 +18,14 @@
 # fresh mktemp -d, removed at the end unless VS_AUTHORS_KEEP=1). Both sides run with one BLAS /
 # OpenMP thread per rank (hpcgc sets that itself; the script exports it for theirs too).
 set -euo pipefail
-usage="usage: bash scripts/vs-authors.sh PATH_TO_Paper_9107_code [RUNS] [ITERATIONS]"
-[ $# -ge 1 ] && [ $# -le 3 ] || { echo "$usage" >&2; exit 2; }
+usage="usage: bash scripts/vs-authors.sh PATH_TO_Paper_9107_code [RUNS [ITERATIONS [hpcgc options...]]]"
+[ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 [ -d "$1" ] || { echo "vs-authors: $1: no such directory ($usage)" >&2; exit 2; }
 THEIRS=$(cd "$1" && pwd)
 RUNS=${2:-3}
 ITERS=${3:-2000}
 NP=${NP:-6}
+EXTRA=("${@:4}")
 for v in RUNS ITERS NP; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "vs-authors: $v must be a positive integer, got '${!v}'" >&2; exit 2; }
 done
@@ -53,7 +57,7 @@ fi
 mkdir -p "$WORK/code/datasets"
 ln -sf "$DATA" "$WORK/code/datasets/a9a"           # their loader reads ./datasets/a9a
 
-echo "vs-authors: work directory $WORK; $RUNS runs × 2 of $ITERS iterations on $NP ranks"
+echo "vs-authors: work directory $WORK; $RUNS runs × 2 of $ITERS iterations on $NP ranks; extra hpcgc options: ${EXTRA[*]:-none}"
 # Their split and x* (x* only feeds their progress trace, not the timing: 500 GD steps, not 20000).
 (cd "$WORK/code" && python preprocessing.py --data a9a --cond 1e-30 --it_max 500 --n "$NP") \
   > "$WORK/preprocessing.log" 2>&1 || { echo "vs-authors: their preprocessing.py failed, see $WORK/preprocessing.log" >&2; exit 1; }
@@ -70,7 +74,7 @@ hpcgc() {  # the same experiment in hpcgc (docs/smoothness.md), evaluated every 
     --set problem.kind=logreg --set problem.l2=1e-3 \
     --set run.algorithm=diana+ --set run.compressor=quant+ --set run.seed=0 \
     --set run.iterations="$ITERS" --set run.eval_every=$((ITERS / 100)) --set run.tolerance=0 \
-    --set run.per_iteration_times=true -o "$WORK/hpcgc-$1.h5" --overwrite -q > "$WORK/hpcgc-$1.log" 2>&1 \
+    --set run.per_iteration_times=true "${EXTRA[@]}" -o "$WORK/hpcgc-$1.h5" --overwrite -q > "$WORK/hpcgc-$1.log" 2>&1 \
     || { echo "vs-authors: the hpcgc run $1 failed, see $WORK/hpcgc-$1.log" >&2; exit 1; }
 }
 for r in $(seq 1 "$RUNS"); do
