@@ -50,7 +50,8 @@ if [ -z "${VS_AUTHORS_WORKDIR:-}" ] && [ "${VS_AUTHORS_KEEP:-0}" != 1 ]; then
 fi
 rm -rf "$WORK/code" && mkdir -p "$WORK/code"
 tar -C "$THEIRS" --exclude=.git -cf - . | tar -C "$WORK/code" -xf -
-if ! patch -d "$WORK/code" -p1 --forward --batch --quiet < scripts/vs-authors.patch; then
+if ! out=$(patch -d "$WORK/code" -p1 --forward --batch --quiet < scripts/vs-authors.patch 2>&1); then
+  echo "$out" | head -5 >&2
   echo "vs-authors: scripts/vs-authors.patch does not apply to $THEIRS (expected commit 144c6f35)" >&2
   exit 2
 fi
