@@ -50,7 +50,8 @@ def bits_check(work: Path, run: int) -> str:
     (ours_run,) = results.load(work / f"hpcgc-{run}.h5")
     at = list(ours_run.series["iteration"]).index(k)
     bits = ours_run.series["bits_up_model"]
-    return (f"uplink model MB over iterations 0..{k} (run {run}, one-time upload excluded): authors "
+    return (f"uplink model MB of all workers in the first {k} iterations (run {run}, one-time upload "
+            f"excluded): authors "
             f"{mbs[seed][-1] - mbs[seed][0]:.4f}, hpcgc {(bits[at].sum() - bits[0].sum()) / 8e6:.4f}")
 
 
