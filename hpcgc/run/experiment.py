@@ -17,11 +17,14 @@ from .signals import REQUEST, Interrupted
 
 
 def warm_jit(specs, transport: Transport):
-    """Load every compressor's kernels from numba's cache on every rank at once; only if some rank
-    misses one, compile on rank 0 first and then load on the others (RankOrderedJIT)."""
-    from ..compressors.kernels._numba_cache import WouldCompile, cache_only
+    """Load every compressor's kernels (and the objective's ``expit``) from numba's cache on every
+    rank at once; only if some rank misses one, compile on rank 0 first and then load on the others
+    (RankOrderedJIT)."""
+    from ..compressors.kernels._numba_cache import WouldCompile, cache_only, init_target
+    from ..problems import expit
 
     def warm():
+        expit(np.zeros(1))
         rng = np.random.default_rng(0)
         x = rng.standard_normal(64)
         for spec in specs:
@@ -36,6 +39,7 @@ def warm_jit(specs, transport: Transport):
             c.decompress_add(p, 64, out, 1.0)
             c.model_bits(p, 64)
     missed = 0.0
+    init_target()
     try:
         with cache_only():
             warm()
