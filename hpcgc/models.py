@@ -22,9 +22,9 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import scipy.sparse as sp
 
 from .errors import ConfigError
+from .matrix import issparse
 
 MODEL_KINDS = ("softmax", "mlp")
 MAX_PARAMETERS = 2**31
@@ -153,7 +153,7 @@ class Model:
         dz /= m
         for j in range(len(self.layers) - 1, -1, -1):
             w, b = self.layers[j]
-            if j == 0 and sp.issparse(X):
+            if j == 0 and issparse(X):
                 gv[w][:] = np.asarray(X.T @ dz)
             else:
                 np.matmul((X if j == 0 else acts[j - 1]).T, dz, out=gv[w])
@@ -208,7 +208,7 @@ class ClassifierProblem:
 
     def __init__(self, model: Model, X, labels, l2: float):
         self.model = model
-        self.A = X.tocsr() if sp.issparse(X) else np.ascontiguousarray(X, dtype=np.float64)
+        self.A = X.tocsr() if issparse(X) else np.ascontiguousarray(X, dtype=np.float64)
         self.labels = np.asarray(labels, dtype=np.int64)
         self.l2 = float(l2)
         self.l1 = 0.0

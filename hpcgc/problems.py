@@ -26,15 +26,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.special import expit
+from numba import config as numba_config
+from numba import njit
 
 from .errors import ConfigError
+from .matrix import issparse
 
 CONVEX_KINDS = ("logreg", "ridge")
 """Strongly convex for l2 > 0 (μ = l2): a reference optimum x*, f* is solved for them."""
@@ -62,7 +64,33 @@ def sigmoid_curvature() -> float:
 
 
 def _as_matrix(A):
-    return A.tocsr() if sp.issparse(A) else np.ascontiguousarray(A, dtype=np.float64)
+    return A.tocsr() if issparse(A) else np.ascontiguousarray(A, dtype=np.float64)
+
+
+@njit(cache=True)
+def _expit_into(t, out):
+    for i in range(t.size):
+        out[i] = 1.0 / (1.0 + math.exp(-t[i]))
+
+
+def expit(t) -> np.ndarray:
+    """The logistic function σ(t) = 1/(1 + e^(−t)), elementwise on a float64 array: bit for bit
+    ``scipy.special.expit``, without importing scipy (a worker of a dense data set never does:
+    ``docs/performance.md``, start-up).
+
+    scipy computes ``1 / (1 + std::exp(-x))`` (``scipy/special/xsf/log_exp.h``, ``expit``); the
+    loop does the same operations in the same order with the same C library ``exp`` (numba lowers
+    ``math.exp`` to a call of it), hence the same bits (``tests/test_startup.py`` compares them over
+    the float range). With Intel SVML numba may vectorise the loop with SVML's own exp: then
+    scipy's function is used.
+    """
+    if numba_config.USING_SVML:
+        from scipy.special import expit as scipy_expit
+        return scipy_expit(t)
+    t = np.ascontiguousarray(t, dtype=np.float64)
+    out = np.empty_like(t)
+    _expit_into(t.reshape(-1), out.reshape(-1))
+    return out
 
 
 class Objective:
@@ -141,7 +169,7 @@ class Objective:
         """max_j L_j of the single-row functions ℓ(a_jᵀx, y_j) + (l2/2)‖x‖²: c·max_j ‖a_j‖² + l2
         (the 'L_max per worker' of mini-batch step rules; c as in :meth:`smoothness`)."""
         A = self.A
-        sq = np.asarray(A.multiply(A).sum(axis=1)).ravel() if sp.issparse(A) else np.einsum("ij,ij->i", A, A)
+        sq = np.asarray(A.multiply(A).sum(axis=1)).ravel() if issparse(A) else np.einsum("ij,ij->i", A, A)
         return self._curvature() * float(sq.max(initial=0.0)) + self.l2
 
     def _curvature(self) -> float:
@@ -163,12 +191,16 @@ def weighted_gram_lambda_max(A, w) -> float:
     (m × m), B = diag(√w) A (same nonzero spectrum): dense eigvalsh when that side is small,
     Lanczos otherwise. A shard of m ≪ d rows thus never needs d × d memory or d-sized Lanczos bases."""
     sw = np.sqrt(w)
-    B = (sp.diags(sw) @ A) if sp.issparse(A) else A * sw[:, None]
+    if issparse(A):
+        import scipy.sparse as sp
+        B = sp.diags(sw) @ A
+    else:
+        B = A * sw[:, None]
     m, d = A.shape
     small = min(m, d)
     if small <= DENSE_EIG_MAX_DIM:
         G = (B @ B.T) if m < d else (B.T @ B)
-        G = G.toarray() if sp.issparse(G) else G
+        G = G.toarray() if issparse(G) else G
         return float(np.linalg.eigvalsh(G)[-1]) if small else 0.0
     import scipy.sparse.linalg  # large d only: most worker ranks never need it
     if m < d:

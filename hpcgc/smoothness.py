@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 from .errors import ConfigError
+from .matrix import issparse
 from .problems import weighted_gram_lambda_max
 
 DENSE_MAX_DIM = 2000
@@ -54,7 +54,8 @@ def loss_curvature(kind: str) -> float:
 
 def gram(A, w) -> np.ndarray:
     """Dense Aᵀ diag(w) A (d×d)."""
-    if sp.issparse(A):
+    if issparse(A):
+        import scipy.sparse as sp
         G = (A.T @ (sp.diags(w) @ A)).toarray()
     else:
         G = A.T @ (A * w[:, None])
@@ -63,7 +64,7 @@ def gram(A, w) -> np.ndarray:
 
 def gram_diagonal(A, w) -> np.ndarray:
     """diag(Aᵀ diag(w) A) = Σ_r w_r A_rj², without forming the d×d matrix."""
-    if sp.issparse(A):
+    if issparse(A):
         return np.asarray(A.multiply(A).T @ w, dtype=np.float64).ravel()
     return np.asarray((A * A).T @ w, dtype=np.float64)
 
@@ -164,7 +165,11 @@ def factor(obj, matrix: str = "auto", dense_max_dim: int = DENSE_MAX_DIM,
     kappa = 0.0
     if present.any():
         scale = np.where(present, 1.0 / np.sqrt(np.where(present, D, 1.0)), 0.0)
-        As = (obj.A @ sp.diags(scale)) if sp.issparse(obj.A) else obj.A * scale
+        if issparse(obj.A):
+            import scipy.sparse as sp
+            As = obj.A @ sp.diags(scale)
+        else:
+            As = obj.A * scale
         kappa = weighted_gram_lambda_max(As, obj.w) * (1.0 + SURROGATE_MARGIN)
     M = kappa * c * np.where(present, D, 0.0) + obj.l2
     active = M > _range_tolerance(M.max(initial=0.0), d)

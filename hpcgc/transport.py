@@ -193,16 +193,21 @@ class Transport:
     def barrier(self):
         self.comm.Barrier()
 
-    def quiet_barrier(self, poll_seconds: float = 1e-3):
-        """A barrier whose waiters sleep instead of spinning (set-up phases only).
+    def quiet_barrier(self, first_poll: float = 5e-5, max_poll: float = 5e-3):
+        """A barrier whose waiters sleep instead of spinning (set-up, tear-down, rank 0's writes).
 
-        While rank 0 alone parses data or solves for f*, the other ranks would otherwise busy-poll
-        inside MPI and, on an oversubscribed node (32 ranks on 2 cores), starve rank 0 of CPU:
-        measured, this turns 1 s of set-up into 15 s.
+        While rank 0 alone parses data, solves for f* or writes the results file, the other ranks
+        would otherwise busy-poll inside MPI and, on an oversubscribed node (32 ranks on 2 cores),
+        starve rank 0 of CPU: measured, this turns 1 s of set-up into 15 s. The sleeps double from
+        ``first_poll`` up to ``max_poll``, so a short wait ends with little delay and a long one
+        costs few wake-ups (each is ~10 µs of CPU; at -n 32, 31 waiters polling every 1 ms took
+        ~0.4 of a core from rank 0: ``docs/performance.md``).
         """
         req = self.comm.Ibarrier()
+        poll = first_poll
         while not req.Test():
-            time.sleep(poll_seconds)
+            time.sleep(poll)
+            poll = min(2.0 * poll, max_poll)
 
     def gather_rows(self, row: np.ndarray):
         """Gather one equally-shaped float64 row per rank to rank 0 → (size, len) array or None."""

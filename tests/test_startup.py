@@ -1,8 +1,10 @@
 """Start-up: worker ranks import only what workers use, kernels load lazily (docs/performance.md).
 
 A worker rank neither reads data files nor writes the results file, so it must not pay for
-scikit-learn, scipy.optimize, h5py, matplotlib or pandas; and a run loads the kernels of its own
-compressors only. Checked on a real ``mpiexec -n 2`` run of ``python -m hpcgc.bench``.
+scikit-learn, scipy.optimize, h5py, matplotlib or pandas — nor, on a dense data set, for any of
+scipy beyond what importing numba loads (the objective's ``expit`` is hpcgc's own, numba's BLAS
+probe is skipped); and a run loads the kernels of its own compressors only. Checked on a real
+``mpiexec -n 2`` run of ``python -m hpcgc.bench``.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ import pytest
 from tests.conftest import ROOT, run_mpi
 
 HEAVY = ("sklearn", "scipy.optimize", "scipy.stats", "h5py", "matplotlib", "pandas")
+SCIPY_PARTS = ("scipy.sparse", "scipy.special", "scipy.linalg")
+"""Not needed by a worker of a dense data set (the default experiment's breast-cancer)."""
 
 _RANK_SCRIPT = textwrap.dedent("""
     import json, sys
@@ -42,6 +46,8 @@ def test_worker_rank_imports_only_what_workers_use(tmp_path):
     root, worker = (set(r["modules"]) for r in ranks)
     assert "h5py" in root                                   # rank 0 writes the file: the check can fail
     assert not [m for m in HEAVY if m in worker], sorted(m for m in HEAVY if m in worker)
+    assert not [m for m in SCIPY_PARTS if m in worker], sorted(m for m in SCIPY_PARTS if m in worker)
+    assert "numba.np.arraymath" in worker                  # numba's target was initialised: kernels ran
     # the run's compressor only (qsgd, with its code=elias half), not the catalogue
     loaded = {m.rsplit(".", 1)[-1] for m in worker if m.startswith("hpcgc.compressors.")}
     assert {"qsgd", "qsgd_elias", "base"} <= loaded
@@ -114,3 +120,44 @@ def test_bundled_data_sets_equal_scikit_learns_loaders():
         assert X.dtype == X2.dtype and y.dtype == y2.dtype
         np.testing.assert_array_equal(X, X2)
         np.testing.assert_array_equal(y, y2)
+
+
+def test_expit_is_scipys_bit_for_bit():
+    """problems.expit (numba, no scipy import) gives exactly scipy.special.expit's bits, over the
+    whole float64 range and the special values."""
+    from scipy.special import expit as scipy_expit
+
+    from hpcgc.problems import expit
+    g = np.random.default_rng(5)
+    x = np.concatenate([g.standard_normal(200_000), 40.0 * g.standard_normal(200_000),
+                        g.uniform(-800.0, 800.0, 100_000),
+                        np.ldexp(g.uniform(-1.0, 1.0, 50_000), g.integers(-1074, 1024, 50_000)),
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 709.8, -709.8, 745.2, -745.2]])
+    with np.errstate(over="ignore"):
+        want = scipy_expit(x)
+    got = expit(x)
+    assert got.dtype == np.float64 and got.shape == x.shape
+    assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
+    two_d = x[:1000].reshape(40, 25)[:, ::2]                  # non-contiguous, 2-D
+    assert np.array_equal(expit(two_d), scipy_expit(two_d))
+
+
+def test_init_target_skips_numbas_scipy_probe_and_blas_still_works():
+    """_numba_cache.init_target initialises numba without importing scipy.linalg; a kernel that
+    calls BLAS (np.dot) still compiles and is right, and numba's BLAS flag is what its probe says."""
+    out = _python("""
+        import sys
+        import numpy as np
+        from numba import njit
+        from hpcgc.compressors.kernels._numba_cache import init_target
+        init_target()
+        from numba.np import arraymath
+        print("scipy.linalg" in sys.modules, arraymath._HAVE_BLAS, end=" ")
+
+        @njit
+        def dot(a, b):
+            return np.dot(a, b)
+        a = np.arange(1.0, 6.0)
+        print(dot(a, a) == float(a @ a), "scipy.linalg.cython_blas" in sys.modules)
+    """)
+    assert out == "False True True True"

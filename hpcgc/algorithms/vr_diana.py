@@ -41,9 +41,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..errors import ConfigError
+from ..matrix import issparse
 from .base import LEARNING_RATE, NO_CONSTANT, SMOOTH, STRONGLY_CONVEX, coin_probability, shared_coin
 from .diana import Diana, WorkerState
 
@@ -81,7 +81,7 @@ def batch_smoothness(L_one: float, L_max: float, b: int) -> float:
 def sample_smoothness(problem) -> float:
     """The largest single-sample smoothness c·‖a_j‖² + l2 of a linear-model shard (c = 1/4 logistic)."""
     A = problem.A
-    sq = np.asarray(A.multiply(A).sum(axis=1)).ravel() if sp.issparse(A) else np.einsum("ij,ij->i", A, A)
+    sq = np.asarray(A.multiply(A).sum(axis=1)).ravel() if issparse(A) else np.einsum("ij,ij->i", A, A)
     c = 0.25 if problem.kind == "logreg" else 1.0
     return c * float(sq.max(initial=0.0)) + problem.l2
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
-import scipy.sparse as sp
 
 from hpcgc.errors import DataError
+from hpcgc.matrix import issparse
 
 
 class Dataset:
@@ -29,7 +29,8 @@ class Dataset:
     """
 
     def __init__(self, X, y, name, *, source=None, classes=None, groups=None):
-        if sp.issparse(X):
+        if issparse(X):
+            import scipy.sparse as sp
             X = sp.csr_matrix(X, dtype=np.float64)
             if not X.has_sorted_indices:
                 X.sort_indices()
@@ -62,7 +63,7 @@ class Dataset:
 
     @property
     def is_sparse(self) -> bool:
-        return sp.issparse(self.X)
+        return issparse(self.X)
 
     def __len__(self) -> int:
         return self.n_samples

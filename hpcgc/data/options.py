@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.sparse as sp
 
 from hpcgc.errors import ConfigError
+from hpcgc.matrix import issparse
 
 
 def _parse_int(key, text, context, minimum=None):
@@ -77,7 +77,7 @@ def _apply_rowscale(X, how):
     """Divide every row by its max |value| (``maxabs``) or Euclidean norm (``l2``); zero rows stay."""
     if how == "none":
         return X
-    if sp.issparse(X):
+    if issparse(X):
         X = X.copy()
         if how == "maxabs":
             scale = np.asarray(abs(X).max(axis=1).todense(), dtype=np.float64).reshape(-1)

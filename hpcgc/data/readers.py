@@ -11,7 +11,6 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 
 from hpcgc.errors import ConfigError, DataError
 
@@ -176,6 +175,7 @@ def _load_libsvm(path_text, tokens):
     except OSError as exc:
         raise DataError(f"cannot read data file {shown}: {exc.strerror or exc}") from None
 
+    import scipy.sparse as sp  # rank 0 only reads files: workers of a dense data set never import scipy
     from sklearn.datasets import load_svmlight_file
 
     parser_zero_based = zero_based is not False  # sklearn's parser sees bool("auto") == True

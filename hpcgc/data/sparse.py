@@ -24,7 +24,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 
 from hpcgc.errors import ConfigError, DataError
 
@@ -152,6 +151,7 @@ class SparseGenerator:
         return idx
 
     def _dataset(self, idx, vals, y) -> Dataset:
+        import scipy.sparse as sp  # only where a sparse matrix is built (hpcgc/matrix.py)
         m, k = idx.shape
         X = sp.csr_matrix((vals.ravel(), idx.ravel(), np.arange(0, m * k + 1, k, dtype=np.int64)),
                           shape=(m, self.d))
@@ -268,6 +268,7 @@ def zipf_exponent(X, lo_rank: int = 10, min_count: int = 50) -> float:
     """The feature-frequency exponent fitted to a matrix: least squares of log(document frequency)
     on log(rank) over ranks lo_rank … the last with at least ``min_count`` rows (the head, where
     a feature cannot appear more than once per row, and the noisy tail are left out)."""
+    import scipy.sparse as sp
     counts = np.sort(np.bincount(sp.csr_matrix(X).indices, minlength=X.shape[1]))[::-1]
     hi = int(np.searchsorted(-counts, -min_count, side="right"))
     if hi - lo_rank < 10:

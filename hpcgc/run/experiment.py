@@ -17,14 +17,16 @@ from .signals import REQUEST, Interrupted
 
 
 def warm_jit(specs, transport: Transport, sizes=()):
-    """Load every compressor's kernels from numba's cache on every rank at once; only if some rank
-    misses one, compile on rank 0 first and then load on the others (RankOrderedJIT).
+    """Load every compressor's kernels (and the objective's ``expit``) from numba's cache on every
+    rank at once; only if some rank misses one, compile on rank 0 first and then load on the others
+    (RankOrderedJIT).
 
     Each spec is exercised at d = 64, then each ``(compressor, d)`` of ``sizes`` (the runs' own
     compressors at their dimensions): some kernels exist only at large d or large k (top-k's sampled
     threshold for d >= 2**16, a k that does not fit in 64), and a kernel first met inside a run's
     iteration would put its compilation or cache load into that iteration's time."""
-    from ..compressors.kernels._numba_cache import WouldCompile, cache_only
+    from ..compressors.kernels._numba_cache import WouldCompile, cache_only, init_target
+    from ..problems import expit
 
     at_size = list({(c.spec, int(d)): (c, int(d)) for c, d in sizes}.values())
 
@@ -41,12 +43,14 @@ def warm_jit(specs, transport: Transport, sizes=()):
         c.model_bits(p, d)
 
     def warm():
+        expit(np.zeros(1))
         rng = np.random.default_rng(0)
         for spec in specs:
             exercise(compressors.make(spec), 64, rng)
         for c, d in at_size:
             exercise(c, d, rng)
     missed = 0.0
+    init_target()
     try:
         with cache_only():
             warm()

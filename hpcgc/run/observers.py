@@ -45,6 +45,7 @@ class Clock:
 
     def __init__(self, iterations: int, keep: bool):
         self.totals = np.zeros(len(PHASES))
+        self.iterations = iterations
         self.per_iteration = np.zeros((iterations, len(PHASES))) if keep else None
 
     def lap(self, k: int, grad, compress, wait_up, comm_up, server, wait_down, comm_down, wall):
@@ -191,6 +192,8 @@ class Watch:
             votes = [o.evaluate(k, row) for o in self.observers if hasattr(o, "evaluate")]
             self.ctrl[0] = max(votes, default=CONTINUE)
             self.ctrl[1] = self.checkpoint is not None and k > 0 and self.checkpoint.due(k)
+        if k in (0, self.clock.iterations):
+            t.quiet_barrier()   # rank 0 creates the results datasets, or ends the run: the others sleep meanwhile
         t.bcast_control(self.ctrl)
         if self.ctrl[1]:
             self.checkpoint(k)

@@ -246,7 +246,6 @@ class Run:
         one_time = self._one_time_upload(ex, ws, ss)
         crossed = np.array([rk != 0 or ex.server_everywhere for rk in s.worker_ranks])
         t.reset_ledger()
-        t.barrier()
 
         sharded = s.reference == "none"      # metrics by reduction over the shards (collective, every rank)
         red0 = self._reduce(self.x0) if sharded else None
@@ -276,6 +275,7 @@ class Run:
                   self.writer.begin_run(self.rp.run_id, self._attrs(), s.n_workers, t.size))
         if root:
             observers = [Recorder(self.writer, rw, outcome), rules, bar]
+        t.quiet_barrier()       # the others sleep (not spin in MPI) while rank 0 starts the run's file group
 
         saver = Checkpointer(t, state, policy, rw)
         evals = (lambda: alg.grad_evals(ws) if ws is not None else np.nan)

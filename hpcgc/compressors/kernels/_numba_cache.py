@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from contextlib import contextmanager
+from importlib.util import find_spec
 from pathlib import Path
 
 _STAMP = "hpcgc-kernel-sources.sha1"
@@ -160,6 +162,36 @@ def invalidate_if_sources_changed() -> None:
     rb = begin_invalidation()
     if rb is not None:
         rb.finish()
+
+
+def init_target() -> None:
+    """Initialise numba's CPU target — what numba does on a process's first kernel call, cached or
+    not — without its BLAS probe importing scipy.linalg.
+
+    On first use numba loads its typing and lowering registries
+    (``numba.core.cpu.CPUContext.load_additional_registries``), among them ``numba.np.arraymath``,
+    whose import calls ``numba.np.linalg.ensure_blas()`` only to set ``arraymath._HAVE_BLAS``
+    (whether ``np.correlate``/``np.convolve`` of floats may use BLAS ``dot``; no hpcgc kernel uses
+    them). That probe imports ``scipy.linalg``: about a third of numba's first-use cost, paid by
+    every MPI rank (``docs/performance.md``, start-up). Here the probe fails at once (``scipy.linalg``
+    is ``None`` in ``sys.modules`` while the registries load, so its import raises ImportError,
+    which numba catches) and the flag is then set to what the probe finds when scipy is installed.
+    Kernels that call BLAS are unaffected: numba's ``np.dot`` lowering runs ``ensure_blas()``
+    itself, which imports ``scipy.linalg.cython_blas`` when such a kernel is compiled or loaded.
+    A no-op once numba's target is initialised, or when scipy.linalg is already imported (the probe
+    is then free).
+    """
+    if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
+        return
+    from numba.core.registry import cpu_target
+    sys.modules["scipy.linalg"] = None
+    try:
+        cpu_target.target_context.refresh()
+    finally:
+        if sys.modules.get("scipy.linalg", 0) is None:
+            del sys.modules["scipy.linalg"]
+    from numba.np import arraymath
+    arraymath._HAVE_BLAS = find_spec("scipy") is not None
 
 
 class WouldCompile(RuntimeError):
