@@ -243,7 +243,8 @@ class Algorithm:
         raise NotImplementedError(f"{self.name} cannot take an Allreduce sum")
 
     def model_bits(self, i: int, payload) -> float:
-        return self.compressors[i].model_bits(payload, self.d)
+        """Model bits of worker i's message, accounted right after the server step decoded it."""
+        return self.compressors[i].decoded_model_bits(payload, self.d)
 
     def grad_evals(self, state) -> float:
         """Single-sample gradient evaluations worker ``state`` has made (NaN where not counted);

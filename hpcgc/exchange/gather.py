@@ -33,7 +33,11 @@ class Gather(Exchange):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         d = self.x.shape[0]
-        self.xbuf = np.zeros(d + 1) if self.downlink is None else None   # iterate + one control word
+        self.xbuf = None
+        if self.downlink is None:          # iterate + one control word; x is a view of it (the run
+            self.xbuf = np.zeros(d + 1)    # takes ``x = exchange.x``): the Bcast writes the iterate
+            self.xbuf[:-1] = self.x        # where every rank reads it, no copy after
+            self.x = self.xbuf[:-1]
         # compressed downlink (EF21-P): self.x is w on every rank; rank 0 also keeps the server's x
         self.server_x = None
         self.down_payload = EMPTY
@@ -61,7 +65,6 @@ class Gather(Exchange):
         t4, t5 = self._arrive()
         t.bcast(self.xbuf)
         t6 = wtime()
-        self.x[:] = self.xbuf[:-1]
         return 0.0, t1 - t0, t2 - t1, t3 - t2, t5 - t4, t6 - t5
 
     # -- compressed downlink (EF21-P) ---------------------------------------------------------------
