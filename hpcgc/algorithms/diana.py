@@ -134,6 +134,7 @@ class Diana(Algorithm):
     2023, Algs. 2–3): the workers evaluate at the broadcast w, the server step is unchanged."""
     collectives = ("gather", "allreduce", "allgather")
     nonconvex_ok = True
+    steps_in_place = True              # _step: state.x -= …, returns state.x
     step_rules = {k: v[0] for k, v in STEP_RULES.items()}
     auto_rules = {STRONGLY_CONVEX: "flpytorch", SMOOTH: "horvath-thm4", NO_CONSTANT: LEARNING_RATE}
 

@@ -123,6 +123,11 @@ class Exchange:
         self.t.sync()
         return t0, wtime()
 
+    def place_server_state(self, ss) -> None:
+        """Called once by the run right after ``server_init`` on the ranks that hold the server state:
+        an exchange may move the state's iterate into a buffer of its own. Default: nothing."""
+        return None
+
     def _stepped(self):
         """After the server step: rank 0's untimed bookkeeping (bits, budgets)."""
         return self.on_step() if self.t.is_root else CONTINUE
