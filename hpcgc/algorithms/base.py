@@ -141,6 +141,10 @@ class Algorithm:
     """run.step_rule name -> the problem class it needs (STRONGLY_CONVEX, SMOOTH or NO_CONSTANT)."""
     auto_rules: dict = {}
     """problem class -> the rule run.step_rule = 'auto' resolves to."""
+    steps_in_place = False
+    """True when ``server_step`` updates its state's ``x`` in place and returns that array: an exchange
+    may then put ``state.x`` in its own broadcast buffer (``gather``), so that the step writes the
+    iterate where the broadcast reads it, with no copy per iteration."""
     downlink_ok = False
     """True for methods whose workers only read the broadcast model, so that the parameter server can
     compress its broadcast with EF21-P (``run.downlink``, :mod:`hpcgc.exchange.downlink`): the
@@ -243,7 +247,8 @@ class Algorithm:
         raise NotImplementedError(f"{self.name} cannot take an Allreduce sum")
 
     def model_bits(self, i: int, payload) -> float:
-        return self.compressors[i].model_bits(payload, self.d)
+        """Model bits of worker i's message, accounted right after the server step decoded it."""
+        return self.compressors[i].decoded_model_bits(payload, self.d)
 
     def grad_evals(self, state) -> float:
         """Single-sample gradient evaluations worker ``state`` has made (NaN where not counted);

@@ -134,6 +134,7 @@ class Diana(Algorithm):
     2023, Algs. 2–3): the workers evaluate at the broadcast w, the server step is unchanged."""
     collectives = ("gather", "allreduce", "allgather")
     nonconvex_ok = True
+    steps_in_place = True              # _step: state.x -= …, returns state.x
     step_rules = {k: v[0] for k, v in STEP_RULES.items()}
     auto_rules = {STRONGLY_CONVEX: "flpytorch", SMOOTH: "horvath-thm4", NO_CONSTANT: LEARNING_RATE}
 
@@ -158,6 +159,7 @@ class Diana(Algorithm):
         if refusal is not None:
             raise ConfigError(refusal)
         self.mult = float(mult)
+        self._scaled = np.empty(d)      # scratch of _step: γ·v and α·m without a d-sized temporary each
         self.constants = {"L_max": problem_info["L_max"], "L": problem_info.get("L"),
                           "mu": float(problem_info.get("mu") or 0.0), "omega": self.omega, "n": self.independent,
                           "alpha": self.alpha if self.learns_shifts else 1.0 / (1.0 + self.omega),
@@ -239,11 +241,12 @@ class Diana(Algorithm):
         else:
             np.add(state.h, state.m, out=state.v)
             step = state.v
-        state.x -= self.gamma * step
+        scaled = self._scaled
+        state.x -= np.multiply(step, self.gamma, out=scaled)
         if self.l1:
             prox_l1(state.x, self.gamma * self.l1)
         if self.alpha:
-            state.h += self.alpha * state.m
+            state.h += np.multiply(state.m, self.alpha, out=scaled)
         return state.x
 
     def describe(self) -> dict:

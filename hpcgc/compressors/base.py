@@ -307,6 +307,25 @@ class Compressor(ABC):
     def model_bits(self, payload, d: int) -> int:
         """Paper-formula bit count of this message (see ``docs/compressors.md``)."""
 
+    BITS_BY_LENGTH: ClassVar[bool] = False
+    """True when ``model_bits`` depends on d and the payload's length only (fixed-layout formats,
+    where the formula is a function of d): :meth:`decoded_model_bits` then evaluates it once per
+    (d, length)."""
+
+    def decoded_model_bits(self, payload, d: int) -> int:
+        """``model_bits`` of a payload that was just decoded without error (the runner's bit
+        accounting, after the server step has decoded every message): for ``BITS_BY_LENGTH``
+        formats the formula — with its checks — is evaluated on the first payload of each
+        (d, length) and looked up afterwards; otherwise ``model_bits`` itself."""
+        if not self.BITS_BY_LENGTH:
+            return self.model_bits(payload, d)
+        cache = self.__dict__.setdefault("_bits_by_length", {})
+        key = (d, len(payload))
+        bits = cache.get(key)
+        if bits is None:
+            bits = cache[key] = self.model_bits(payload, d)
+        return bits
+
     # -- collectives (hpcgc.compressors.summable) ------------------------------------------------
     collectives: ClassVar[tuple[str, ...]] = ("gather", "allgather")
     """The ``run.collective`` values this compressor's messages can ride: every byte payload rides

@@ -85,6 +85,15 @@ class BucketDither(Compressor):
         m = n_blocks(d, self.bucket_size(d))
         return m, m * self._scale_bytes + wire.packed_bytes(d, self._width)
 
+    def _layout(self, d: int) -> tuple[int, int, int]:
+        """(buckets m, body bytes, bucket size) at dimension d, computed once per d (they depend on
+        d and the parameters only)."""
+        cache = self.__dict__.setdefault("_layouts", {})
+        got = cache.get(d)
+        if got is None:
+            got = cache[d] = (*self._body_bytes(d), self.bucket_size(d))
+        return got
+
     def model_bits(self, payload, d: int) -> int:
         m, body = self._body_bytes(d)
         self._check_payload(self._as_payload(payload, d), d, body)
@@ -135,14 +144,27 @@ class QSGD(BucketDither):
     unbiased = True
     _pack = staticmethod(qsgd_dither_pack)
 
+    def _init(self) -> None:
+        super()._init()
+        self.BITS_BY_LENGTH = self._params["code"] == "fixed"     # F·m + d·width; Elias: the levels'
+
     def omega(self, d: int) -> float:
         b = self.bucket_size(d)
         return min(b / self.s**2, math.sqrt(b) / self.s)
 
-    def _units(self, payload: np.ndarray, d: int) -> tuple[np.ndarray, int, int]:
-        """Check the payload; return per-bucket units norm/s, bucket size and packed-data offset."""
-        scales, offset = self._checked_scales(payload, d, "quantization level")
-        return scales / self.s, self.bucket_size(d), offset
+    def _decode(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float, accumulate: bool) -> None:
+        """Check the payload and decode it into ``out`` (``accumulate``: out += weight·value) — the
+        header and length here, the bucket norms and the levels inside :func:`qsgd_checked_decode`
+        (one kernel call: the checks of :meth:`BucketDither._checked_scales`, same order, same
+        messages; ``out`` untouched when the payload is invalid)."""
+        m, body, b = self._layout(d)
+        self._check_payload(payload, d, body)
+        bad = qsgd_checked_decode(payload, wire.HEADER_BYTES, m, self._fp64, self.s, d, b, self._width,
+                                  out, weight, accumulate)
+        if bad == BAD_NORM:
+            raise PayloadError(f"{self.name}: corrupted payload: invalid bucket norm")
+        if bad == BAD_LEVEL:
+            raise PayloadError(f"{self.name}: corrupted payload: quantization level above s={self.s}")
 
     # code=elias: same levels (kernels.dither), Elias-coded (hpcgc.compressors.qsgd_elias)
     def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
@@ -158,16 +180,14 @@ class QSGD(BucketDither):
     def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
         if self._params["code"] == "elias":
             return qsgd_elias.decompress(self, payload, d)
-        units, b, offset = self._units(payload, d)
         out = np.empty(d)
-        qsgd_decode(payload, offset, d, b, units, self._width, out, 1.0, False)
+        self._decode(payload, d, out, 1.0, False)
         return out
 
     def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
         if self._params["code"] == "elias":
             return qsgd_elias.decompress_add(self, payload, d, out, weight)
-        units, b, offset = self._units(payload, d)
-        qsgd_decode(payload, offset, d, b, units, self._width, out, weight, True)
+        self._decode(payload, d, out, weight, True)
 
 
 FIELDS_KIND = 2
@@ -175,9 +195,43 @@ FIELDS_KIND = 2
 simd.register_row_values(FIELDS_KIND, _qsgd_row_values)
 
 
+BAD_NORM, BAD_LEVEL = 1, 2
+"""What :func:`qsgd_checked_decode` returns for an invalid payload (0: decoded)."""
+
+
 @njit(cache=True)
-def qsgd_decode(src, offset, d, bucket, units, width, out, weight, accumulate):
-    """Decode d packed (level << 1 | sign) fields, value = ±level·units[bucket]
-    (:func:`.kernels.wire.blocked_decode`; ``accumulate``: out += weight·value). FIELDS_KIND is a
-    compile-time constant here, so the literal dispatch costs nothing per call."""
+def qsgd_checked_decode(src, scale_offset, m, fp64, s, d, bucket, width, out, weight, accumulate):
+    """Check and decode the body of a fixed-width qsgd payload whose header and length were checked:
+    the m bucket norms at ``src[scale_offset:]`` (little-endian float32, or float64 with ``fp64``)
+    must be finite and ≥ 0 (else BAD_NORM), every level ≤ s (else BAD_LEVEL: the d fields that
+    follow the norms, each ``width`` bits, level << 1 | sign); only then are they decoded,
+    value = ±level·norm/s (:func:`.kernels.wire.blocked_decode`; ``accumulate``: out += weight·value)
+    and 0 returned — an invalid payload leaves ``out`` untouched. The norms are assembled from their
+    bytes (any alignment). FIELDS_KIND is a compile-time constant here, so the literal dispatch
+    costs nothing per call."""
+    nb = 8 if fp64 else 4
+    raw = np.zeros(m, dtype=np.uint64)
+    for l in range(m):
+        w = np.uint64(0)
+        for t in range(nb):
+            w |= np.uint64(src[scale_offset + nb * l + t]) << np.uint64(8 * t)
+        raw[l] = w
+    if fp64:
+        units = raw.view(np.float64).copy()
+    else:
+        units = raw.astype(np.uint32).view(np.float32).astype(np.float64)
+    for l in range(m):
+        u = units[l]
+        if not (np.isfinite(u) and u >= 0.0):
+            return BAD_NORM
+        units[l] = u / s
+    offset = scale_offset + nb * m
+    limit = 2 * s + 1
+    if limit < (1 << width) - 1:                 # else every field value is a valid level
+        if width == 1 or width == 2 or width == 4 or width == 8:
+            if wire.swar_any_above(src, offset, (d * width + 7) // 8, width, limit):
+                return BAD_LEVEL
+        elif wire.fields_max(src, offset, d, width) > limit:
+            return BAD_LEVEL
     wire.blocked_decode(src, offset, d, bucket, units, 0, width, out, weight, accumulate, FIELDS_KIND)
+    return 0

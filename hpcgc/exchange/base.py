@@ -69,7 +69,9 @@ class Exchange:
         self.down_rng = downlink_rng            # rank 0's generator for the downlink compressor
         self.worker_ranks = worker_ranks
         self.me = me                            # worker index of this rank, None on a dedicated server
-        self.x = x                              # the iterate every rank reads (updated in place)
+        self.x = x                              # the iterate every rank reads (updated in place); an
+        #                                         exchange may replace it by a view of its own receive
+        #                                         buffer: the run reads ``exchange.x`` after building it
         self.rng = encode_rng                   # the generator compressors draw from
         self.n = len(worker_ranks)
         self.holds_server = self.server_everywhere or transport.is_root
@@ -120,6 +122,11 @@ class Exchange:
             return t0, t0
         self.t.sync()
         return t0, wtime()
+
+    def place_server_state(self, ss) -> None:
+        """Called once by the run right after ``server_init`` on the ranks that hold the server state:
+        an exchange may move the state's iterate into a buffer of its own. Default: nothing."""
+        return None
 
     def _stepped(self):
         """After the server step: rank 0's untimed bookkeeping (bits, budgets)."""

@@ -47,13 +47,14 @@ class Clock:
         self.totals = np.zeros(len(PHASES))
         self.iterations = iterations
         self.per_iteration = np.zeros((iterations, len(PHASES))) if keep else None
+        self._row = np.zeros(len(PHASES))      # the lap's row when iterations are not kept
 
     def lap(self, k: int, grad, compress, wait_up, comm_up, server, wait_down, comm_down, wall):
         other = wall - (grad + compress + wait_up + comm_up + server + wait_down + comm_down)
-        row = (grad, compress, wait_up, comm_up, server, wait_down, comm_down, other, wall)
-        self.totals += row
-        if self.per_iteration is not None:
-            self.per_iteration[k - 1] = row
+        row = self._row if self.per_iteration is None else self.per_iteration[k - 1]
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8] = \
+            grad, compress, wait_up, comm_up, server, wait_down, comm_down, other, wall
+        np.add(self.totals, row, out=self.totals)       # item stores + one add: no tuple → array conversion
 
 
 class Ledger:

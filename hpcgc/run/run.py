@@ -242,7 +242,9 @@ class Run:
                                            downlink=self.downlink, downlink_rng=self.down_rng)
         ex.split = r["wait_phases"]
         self.ex = ex
+        x = ex.x                                       # the exchange's own buffer (gather: the broadcast's)
         ss = alg.server_init(x) if ex.holds_server else None
+        ex.place_server_state(ss)
         one_time = self._one_time_upload(ex, ws, ss)
         crossed = np.array([rk != 0 or ex.server_everywhere for rk in s.worker_ranks])
         t.reset_ledger()

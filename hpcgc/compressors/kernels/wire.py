@@ -397,7 +397,7 @@ def fields_max(src, offset, n, width):
 
 
 @njit(cache=True)
-def _swar_any_above(src, offset, nbytes, width, limit):
+def swar_any_above(src, offset, nbytes, width, limit):
     """True if some ``width``-bit field (width 1, 2, 4 or 8: fields never straddle a byte, in
     either layout) of ``src[offset:offset+nbytes]`` exceeds ``limit`` (0 ≤ limit < 2^width − 1).
     Eight bytes at a time, all fields at once (SWAR): with b a field's top bit, r its low bits and
@@ -438,7 +438,7 @@ def fields_above(src: np.ndarray, offset: int, n: int, width: int, limit: int) -
     if limit >= (1 << width) - 1:
         return False
     if width in (1, 2, 4, 8):
-        return bool(_swar_any_above(src, offset, packed_bytes(n, width), width, limit))
+        return bool(swar_any_above(src, offset, packed_bytes(n, width), width, limit))
     return fields_max(src, offset, n, width) > limit
 
 
