@@ -50,7 +50,7 @@ from .base import FP64_PARAM, Compressor, DecodeInto, FixedKSparse, Param
 from .kernels import simd, wire
 from .kernels.dither import dither_pack
 from .kernels.norms import max_abs_bits32
-from .kernels.prng import mix64, uniform_at, word_at
+from .kernels.prng import GAMMA, mix64, state_at, uniform_at
 from .kernels.wire import CHUNK, le_word
 from .qsgd import BucketDither
 from .randk import sample_and_gather
@@ -98,8 +98,9 @@ def natural_encode_f32(keys, seed, lo, hi):
     viewed as uint32, so the output exponent is the input's plus [u < mantissa/2^23] (also for
     float32 subnormals, whose exponent field is 0). Returns True if some |x_j| > 2^127 or is not
     finite. With z the 64 bits of ``uniform_at(seed, j)`` (u = ⌊z/2^11⌋·2^-53) and m the 23-bit
-    mantissa, u < m·2^-23 ⇔ ⌊z/2^11⌋ < m·2^30 ⇔ z < m·2^41: one unsigned 64-bit compare instead
-    of two int → float conversions (which AVX2 lacks for 64-bit integers) — the same bits."""
+    mantissa, u < m·2^-23 ⇔ ⌊z/2^11⌋ < m·2^30 ⇔ z < m·2^41 ⇔ ⌊z/2^41⌋ < m: a 32-bit compare
+    instead of two int → float conversions (which AVX2 lacks for 64-bit integers) — the same
+    bits."""
     n = keys.shape[0]
     sg = np.empty(CHUNK, dtype=np.uint8)
     amax = np.uint32(0)
@@ -108,11 +109,13 @@ def natural_encode_f32(keys, seed, lo, hi):
         kc = keys[c0:c0 + m]
         lc = lo[c0:c0 + m]
         amax = max(amax, max_abs_bits32(kc))   # its own 32-bit reduction: fused, it ran in 64-bit lanes
+        w = state_at(seed, c0)                # word c0 + q is mix64(w), w += γ (no multiply)
         for q in range(m):
             k = kc[q]
             a = k & np.uint32(0x7FFFFFFF)
-            z = word_at(seed, c0 + q)              # the 64 bits of uniform_at(seed, c0 + q)
-            eo = np.uint32(a >> np.uint32(23)) + np.uint32(z < (np.uint64(a & np.uint32(0x7FFFFF)) << _S41))
+            top = np.uint32(mix64(w) >> _S41)      # ⌊z/2^41⌋, z the 64 bits of uniform_at(seed, c0 + q)
+            w += GAMMA
+            eo = np.uint32(a >> np.uint32(23)) + np.uint32(top < (a & np.uint32(0x7FFFFF)))
             lc[q] = np.uint8(eo)
             sg[q] = np.uint8(k >> np.uint32(31)) & np.uint8(eo != 0)
         _pack_nat_hi(sg, sg, m, False, hi, c0 // 8)

@@ -164,22 +164,30 @@ def dither_pack(x, bucket, scales, b, width, seed, out, offset, kind):
     full = (d // CHUNK) * CHUNK if bucket >= d or bucket % LANES == 0 else 0
     wpl = width * LANES                          # words per block
     words = out[offset:offset + (full * width) // 8].view(np.uint32)
+    rk = np.empty(32, dtype=np.int64)           # row i of a block: its first word row (·LANES),
+    rn = np.empty(32, dtype=np.int64)           # the next one if it straddles (else < 0), its shift
+    rs = np.empty(32, dtype=np.int64)
+    for i in range(32):
+        k, sh, nxt = row_words(i, width)
+        rk[i] = k * LANES
+        rn[i] = nxt * LANES if nxt >= 0 else -(1 << 62)
+        rs[i] = sh
     l = 0
     nextb = bucket
     p = row_param(scales[0], b, kind)
     for c0 in range(0, full, CHUNK):
         uniforms32(seed, c0, u)
         for blk in range(c0 // FIELD_BLOCK, (c0 + CHUNK) // FIELD_BLOCK):
+            wb = blk * wpl
+            pos = blk * FIELD_BLOCK
             for i in range(32):
-                pos = blk * FIELD_BLOCK + i * LANES
                 if pos >= nextb:                 # rows never straddle buckets here
                     while pos >= nextb:
                         l += 1
                         nextb += bucket
                     p = row_param(scales[l], b, kind)
-                k, sh, nxt = row_words(i, width)
-                pack_row(words, blk * wpl + k * LANES, blk * wpl + nxt * LANES if nxt >= 0 else -1, sh,
-                         x, pos, u, pos - c0, p, b, kind)
+                pack_row(words, wb + rk[i], wb + rn[i], rs[i], x, pos, u, pos - c0, p, b, kind)
+                pos += LANES
     if full < d:
         fields = np.empty(CHUNK, dtype=np.uint32)
         for c0 in range(full, d, CHUNK):
