@@ -60,12 +60,13 @@ def _qsgd_y(builder, v, scale32):
     return builder.fadd(y, simd.splat_i(builder, vt, 0.5))
 
 
-def _qsgd_levels(builder, v, u, hi, lo, s):
-    """The fields from R's high part ⌊R/2^32⌋ (``hi``) and low 32 bits (``lo``): level =
-    hi + [lo + u ≥ 2^32] (the carry of a 32-bit add), capped at s; sign only for level > 0."""
+def _qsgd_levels(builder, v, u, hi1, lo, s):
+    """The fields from R's high part plus one, ⌊R/2^32⌋ + 1 (``hi1``), and its low 32 bits
+    (``lo``): level = ⌊R/2^32⌋ + [lo + u ≥ 2^32] (the carry of a 32-bit add) = hi1 − [u ≤ ~lo],
+    capped at s; sign only for level > 0."""
     it = u.type
-    carry = builder.icmp_unsigned(">", u, builder.xor(lo, simd.splat_i(builder, it, -1)))
-    lev = builder.add(hi, builder.zext(carry, it))
+    no_carry = builder.icmp_unsigned("<=", u, builder.xor(lo, simd.splat_i(builder, it, -1)))
+    lev = builder.add(hi1, builder.sext(no_carry, it))
     s32 = simd.splat_sub(builder, builder.trunc(s, _I32), it)
     lev = builder.select(builder.icmp_unsigned("<", lev, s32), lev, s32)
     neg = builder.fcmp_ordered("<", v, simd.splat_i(builder, v.type, 0.0))
@@ -75,12 +76,13 @@ def _qsgd_levels(builder, v, u, hi, lo, s):
 
 def _qsgd_fields(builder, v, u, scale32, s):
     """QSGD's fields for s < SMALL_S: y ≤ s·2^32 + 1 < 2^52, so ⌊y⌋ + 2^52 is exact and its
-    float64 bits are 2^52's exponent with R as the mantissa: R's low 32 bits are the low word,
-    ⌊R/2^32⌋ the high word's low 20 bits (no float → int64 conversion, which AVX2 lacks)."""
+    float64 bits are 2^52's exponent with R as the mantissa — and ⌊y⌋ + 2^52 + 2^32 (< 2^53, also
+    exact) has R + 2^32: its low word is R's low 32 bits, the high word's low 20 bits are
+    ⌊R/2^32⌋ + 1 ≤ s + 1 (no float → int64 conversion, which AVX2 lacks)."""
     n = u.type.count
     i64v = ir.VectorType(_I64, n)
     y = _qsgd_y(builder, v, scale32)
-    t = builder.fadd(simd.vector_call(builder, "llvm.floor", y), simd.splat_i(builder, y.type, 2.0**52))
+    t = builder.fadd(simd.vector_call(builder, "llvm.floor", y), simd.splat_i(builder, y.type, 2.0**52 + TWO32))
     bits = builder.bitcast(t, i64v)
     lo = builder.trunc(bits, u.type)
     hi = builder.trunc(builder.lshr(bits, simd.splat_i(builder, i64v, 32)), u.type)
@@ -94,7 +96,7 @@ def _qsgd_fields_wide(builder, v, u, scale32, s):
     ft = v.type
     y = _qsgd_y(builder, v, scale32)
     yh = simd.vector_call(builder, "llvm.floor", builder.fmul(y, simd.splat_i(builder, ft, 2.0**-32)))
-    hi = builder.fptosi(yh, u.type)
+    hi = builder.add(builder.fptosi(yh, u.type), simd.splat_i(builder, u.type, 1))   # ≤ s + 1 < 2^31
     lo = builder.fsub(simd.vector_call(builder, "llvm.floor", y), builder.fmul(yh, simd.splat_i(builder, ft, TWO32)))
     lo = builder.fptosi(builder.fsub(lo, simd.splat_i(builder, ft, 2.0**31)), u.type)   # lo − 2^31 fits i32
     lo = builder.xor(lo, simd.splat_i(builder, u.type, -(1 << 31)))
