@@ -1,9 +1,11 @@
-"""The stochastic quantizers' kernels compute their levels in float64 lanes (no float → int64
-conversion, which AVX2 lacks): the same bits as the integer definitions they replaced.
+"""The stochastic quantizers' kernels compute their levels without float → int64 conversions
+(which AVX2 lacks), qsgd's and natural-dither's in 32-bit lanes of LLVM IR (``kernels/dither``,
+``simd.fields_row``/``pack_row``): the same bits as the integer definitions they replaced.
 
 * golden payloads: CRC-32 of two consecutive payloads per case, recorded from the integer
-  kernels before the change (commit d70647a), input with zeros and tiny entries;
-* boundary cases: the inlined dithering rules on inputs built to sit within a few ulps of every
+  kernels before the change (commit d70647a; the cases marked "1ac3590" from the scalar kernels
+  before the row rules), input with zeros and tiny entries;
+* boundary cases: the dithering rules on inputs built to sit within a few ulps of every
   rounding boundary, against the integer definitions evaluated with Python integers.
 """
 from __future__ import annotations
@@ -12,12 +14,13 @@ import zlib
 
 import numpy as np
 import pytest
-from numba import njit
+from numba import literally, njit
 
 from hpcgc import compressors
-from hpcgc.compressors.kernels.dither import SMALL_S, qsgd_dither, qsgd_dither_wide
+from hpcgc.compressors.kernels.dither import QSGD, QSGD_WIDE, SMALL_S
 from hpcgc.compressors.kernels.prng import TWO32, uniform_at, word_at
-from hpcgc.compressors.natural import natural_dither, natural_encode_f32
+from hpcgc.compressors.kernels.simd import LANES, fields_row, row_param
+from hpcgc.compressors.natural import NDITHER_KIND, natural_encode_f32
 from hpcgc.compressors.quant import ternary_dither
 
 # (spec, d, dtype): CRC-32 of the first and second payload of compressors.make(spec) on the input
@@ -56,12 +59,14 @@ def test_golden_payloads(case):
 
 
 @njit
-def _qsgd(x, u, scale32, s):
+def _rule(x, u, scale, b, kind):
+    """The fields of x (a multiple of LANES entries, one bucket of this scale) under ``kind``'s
+    row rule, with the uniforms u."""
+    literally(kind)
     f = np.empty(x.shape[0], np.uint32)
-    if s < SMALL_S:
-        qsgd_dither(x, u, f, np.uint64(0), np.uint64(x.shape[0]), scale32, s)
-    else:
-        qsgd_dither_wide(x, u, f, np.uint64(0), np.uint64(x.shape[0]), scale32, s)
+    p = row_param(scale, b, kind)
+    for r in range(0, x.shape[0], LANES):
+        fields_row(f, r, x, r, u, r, p, b, kind)
     return f
 
 
@@ -70,13 +75,6 @@ def _tern(x, u, inv32):
     t = np.empty(x.shape[0], np.uint8)
     ternary_dither(x, u, t, np.uint64(0), np.uint64(x.shape[0]), inv32)
     return t
-
-
-@njit
-def _natd(x, u, inv, s):
-    f = np.empty(x.shape[0], np.uint32)
-    natural_dither(x, u, f, np.uint64(0), np.uint64(x.shape[0]), inv, s)
-    return f
 
 
 def _near(targets, scale, rng):
@@ -97,11 +95,16 @@ def test_qsgd_levels_at_boundaries():
         m = rng.integers(0, s + 1, n)
         x = _near(m * TWO32 - u.astype(np.float64), scale32, rng)   # level boundary R + u = m·2^32
         x[:8] = [0.0, -0.0, 3.0, -3.0, 1e-300, 3.0 * (1 - 2**-52), 2.9999, 1.5]
-        got = _qsgd(x, u, scale32, s)
+        want = []
         for q in range(n):
             r = int(abs(x[q]) * scale32 + 0.5)          # the integer definition
             lev = min((r + int(u[q])) >> 32, s)
-            assert got[q] == (lev << 1) | int(x[q] < 0 and lev > 0), (s, q, x[q], int(u[q]))
+            want.append((lev << 1) | int(x[q] < 0 and lev > 0))
+        # the rule for this s, and the wide rule (valid for every s)
+        for kind in ((QSGD, QSGD_WIDE) if s < SMALL_S else (QSGD_WIDE,)):
+            got = _rule(x, u, 3.0, s, kind)
+            bad = np.flatnonzero(got != np.array(want))
+            assert bad.size == 0, (kind, s, [(x[q], int(u[q]), got[q], want[q]) for q in bad[:5]])
 
 
 def test_ternary_at_boundaries():
@@ -118,15 +121,20 @@ def test_ternary_at_boundaries():
         assert got[q] == xi * (1 + int(x[q] < 0.0)), (q, x[q], int(u[q]))
 
 
-def test_natural_dither_small_levels_at_boundaries():
+def test_natural_dither_levels_at_boundaries():
     rng = np.random.default_rng(5)
     for s in (1, 3, 8, 20):
-        n = 3000
+        n = 3008
         u = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
         low = 2.0 ** (s - 1) * TWO32
         x = _near(u.astype(np.float64) + 1.0, low, rng)        # r below the smallest level
-        x[: n // 3] = rng.uniform(-1, 1, n // 3)                   # and ordinary r ∈ [0, 1]
-        got = _natd(x, u, 1.0, s)
+        k = n // 3
+        x[:k] = rng.uniform(-1, 1, k)                               # ordinary r ∈ [0, 1]
+        mant = (u[k:2 * k].astype(np.int64) << 20) + 2**19 + rng.integers(-1, 2, k)
+        mant = np.clip(mant, 0, 2**52 - 1)                          # u·2^20 + 2^19 ≤ M, ±1
+        r = np.ldexp(1.0 + mant / 2.0**52, rng.integers(1 - s, 1, k))   # levels 2^{1−s} … 1
+        x[k:2 * k] = np.where(rng.random(k) < 0.5, -r, r)
+        got = _rule(x, u, 1.0, s, NDITHER_KIND)
         for q in range(n):
             r = abs(x[q])
             b = int(np.float64(r).view(np.uint64))

@@ -48,9 +48,10 @@ from numba import njit
 from ..errors import PayloadError
 from .base import FP64_PARAM, Compressor, DecodeInto, FixedKSparse, Param
 from .kernels import simd, wire
+from .kernels.dither import dither_pack
 from .kernels.norms import max_abs_bits32
-from .kernels.prng import TWO32, mix64, uniform_at, uniforms32, word_at
-from .kernels.wire import CHUNK, le_word, pack_fields
+from .kernels.prng import GAMMA, mix64, state_at, uniform_at
+from .kernels.wire import CHUNK, le_word
 from .qsgd import BucketDither
 from .randk import sample_and_gather
 
@@ -97,8 +98,9 @@ def natural_encode_f32(keys, seed, lo, hi):
     viewed as uint32, so the output exponent is the input's plus [u < mantissa/2^23] (also for
     float32 subnormals, whose exponent field is 0). Returns True if some |x_j| > 2^127 or is not
     finite. With z the 64 bits of ``uniform_at(seed, j)`` (u = ⌊z/2^11⌋·2^-53) and m the 23-bit
-    mantissa, u < m·2^-23 ⇔ ⌊z/2^11⌋ < m·2^30 ⇔ z < m·2^41: one unsigned 64-bit compare instead
-    of two int → float conversions (which AVX2 lacks for 64-bit integers) — the same bits."""
+    mantissa, u < m·2^-23 ⇔ ⌊z/2^11⌋ < m·2^30 ⇔ z < m·2^41 ⇔ ⌊z/2^41⌋ < m: a 32-bit compare
+    instead of two int → float conversions (which AVX2 lacks for 64-bit integers) — the same
+    bits."""
     n = keys.shape[0]
     sg = np.empty(CHUNK, dtype=np.uint8)
     amax = np.uint32(0)
@@ -107,11 +109,13 @@ def natural_encode_f32(keys, seed, lo, hi):
         kc = keys[c0:c0 + m]
         lc = lo[c0:c0 + m]
         amax = max(amax, max_abs_bits32(kc))   # its own 32-bit reduction: fused, it ran in 64-bit lanes
+        w = state_at(seed, c0)                # word c0 + q is mix64(w), w += γ (no multiply)
         for q in range(m):
             k = kc[q]
             a = k & np.uint32(0x7FFFFFFF)
-            z = word_at(seed, c0 + q)              # the 64 bits of uniform_at(seed, c0 + q)
-            eo = np.uint32(a >> np.uint32(23)) + np.uint32(z < (np.uint64(a & np.uint32(0x7FFFFF)) << _S41))
+            top = np.uint32(mix64(w) >> _S41)      # ⌊z/2^41⌋, z the 64 bits of uniform_at(seed, c0 + q)
+            w += GAMMA
+            eo = np.uint32(a >> np.uint32(23)) + np.uint32(top < (a & np.uint32(0x7FFFFF)))
             lc[q] = np.uint8(eo)
             sg[q] = np.uint8(k >> np.uint32(31)) & np.uint8(eo != 0)
         _pack_nat_hi(sg, sg, m, False, hi, c0 // 8)
@@ -356,51 +360,63 @@ class NaturalRandK(DecodeInto, FixedKSparse):
 # natural dithering
 # ------------------------------------------------------------------------------------------------
 
-@njit(cache=True, inline="always")
-def natural_dither(x, u, fields, start, n, inv, s):
-    """fields[q] = l << 1 | sign for q = start … start + n − 1 (uint64; x, u, fields are one
-    chunk): r = |x_q|·inv ∈ [0, 1] rounded unbiasedly to the neighbouring levels of
-    {0, 2^{1−s}, …, 1/2, 1}; level index l (value 2^{l−s}, 0 for l = 0). With 2^e ≤ r < 2^{e+1},
-    l = e + s + [u_q < round(f·2^32)], f = r/2^e − 1 the mantissa fraction (top 32 bits of the
-    float64 mantissa, rounded); below the smallest non-zero level, l = [u_q < round(r·2^{s−1}·2^32)].
-    u_q: uniform 32-bit integers (:func:`.kernels.prng.uniforms32`). The small-level test
-    u_q < ⌊y⌋, y = r·2^{s−1}·2^32 + 0.5, is u_q + 1 ≤ y in float64 (exact for the integer u_q): no
-    float → int64 conversion, which AVX2 lacks and LLVM scalarised."""
-    low = 2.0 ** (s - 1) * TWO32             # r < 2^{1−s}: l = 1 with probability r·2^{s−1}
-    for t in range(n):
-        q = start + t
-        v = np.float64(x[q])
-        r = abs(v) * inv
-        b = np.float64(r).view(np.uint64)
-        es = np.int64(b >> _S52) - (1023 - s)   # e + s, 2^e ≤ r < 2^{e+1} for normal r
-        uq = np.int64(u[q])
-        up = np.int64(((b & _MANT) + _HALF20) >> _S20)
-        small = np.float64(u[q]) + 1.0 <= r * low + 0.5     # u_q < ⌊r·low + 0.5⌋, exactly
-        lev = es + np.int64(uq < up) if es >= 1 else np.int64(small)
-        lev = min(lev, s)                     # r = 1 (or rounding above 1) stays at the top
-        fields[q] = (lev << 1) | np.int64((v < 0.0) & (lev > 0))
+NDITHER_KIND = 11
+"""natural-dither's dithering rule in ``simd.ROW_FIELDS`` and its field format in
+``simd.ROW_VALUES`` (its FORMAT_ID)."""
+
+
+def _natural_dither_param(builder, scale, s):
+    """1/scale (0 for a zero scale): r = |x|·param ∈ [0, 1]."""
+    f64 = ir.DoubleType()
+    inv = builder.fdiv(ir.Constant(f64, 1.0), scale)
+    return builder.select(builder.fcmp_ordered(">", scale, ir.Constant(f64, 0.0)), inv, ir.Constant(f64, 0.0))
+
+
+def _natural_dither_fields(builder, v, u, inv, s):
+    """IR of natural dithering's fields l << 1 | sign of SUB entries: r = |v|·inv ∈ [0, 1]
+    rounded unbiasedly to the neighbouring levels of {0, 2^{1−s}, …, 1/2, 1}; level index l
+    (value 2^{l−s}, 0 for l = 0). With 2^e ≤ r < 2^{e+1} (e + s ≥ 1), l = e + s + [u < up],
+    up = round(f·2^32) = ⌊(M + 2^19)/2^20⌋ for the 52-bit mantissa M of r (f = M/2^52, ties up):
+    u < up ⇔ u·2^20 + 2^19 ≤ M, compared in 32-bit halves (high: u >> 12 against M's top 20
+    bits; low: u << 20 | 2^19 against M's low word). Below the smallest non-zero level
+    (e + s ≤ 0), l = [u < ⌊y⌋], y = r·2^{s−1}·2^32 + 0.5, i.e. u + 1 ≤ y in float64 (exact for the
+    integer u). u: uniform 32-bit integers (:func:`.kernels.prng.uniforms32`)."""
+    it, ft = u.type, v.type
+    i64v = ir.VectorType(ir.IntType(64), it.count)
+    r = builder.fmul(simd.vector_call(builder, "llvm.fabs", v), simd.splat_sub(builder, inv, ft))
+    bits = builder.bitcast(r, i64v)
+    lo = builder.trunc(bits, it)
+    hi = builder.trunc(builder.lshr(bits, simd.splat_i(builder, i64v, 32)), it)
+    s32 = builder.trunc(s, ir.IntType(32))
+    es = builder.sub(builder.lshr(hi, simd.splat_i(builder, it, 20)),          # e + s (r ≥ 0)
+                     simd.splat_sub(builder, builder.sub(ir.Constant(ir.IntType(32), 1023), s32), it))
+    uh = builder.lshr(u, simd.splat_i(builder, it, 12))
+    ul = builder.or_(builder.shl(u, simd.splat_i(builder, it, 20)), simd.splat_i(builder, it, 1 << 19))
+    mh = builder.and_(hi, simd.splat_i(builder, it, (1 << 20) - 1))
+    up = builder.or_(builder.icmp_unsigned("<", uh, mh),
+                     builder.and_(builder.icmp_unsigned("==", uh, mh), builder.icmp_unsigned("<=", ul, lo)))
+    # low = 2^{s−1}·2^32, built from its exponent bits (exact, as 2.0 ** (s − 1) * TWO32)
+    low_bits = builder.shl(builder.add(s, ir.Constant(s.type, 1023 + 31)), ir.Constant(s.type, 52))
+    low = builder.bitcast(low_bits, ir.DoubleType())
+    y = builder.fadd(builder.fmul(r, simd.splat_sub(builder, low, ft)), simd.splat_i(builder, ft, 0.5))
+    small = builder.fcmp_ordered("<=", builder.fadd(builder.uitofp(u, ft), simd.splat_i(builder, ft, 1.0)), y)
+    lev = builder.select(builder.icmp_signed(">=", es, simd.splat_i(builder, it, 1)),
+                         builder.add(es, builder.zext(up, it)), builder.zext(small, it))
+    sv = simd.splat_sub(builder, s32, it)
+    lev = builder.select(builder.icmp_signed("<", lev, sv), lev, sv)   # r = 1 (or above) stays at the top
+    neg = builder.fcmp_ordered("<", v, simd.splat_i(builder, ft, 0.0))
+    nz = builder.icmp_unsigned("!=", lev, simd.splat_i(builder, it, 0))
+    return builder.or_(builder.shl(lev, simd.splat_i(builder, it, 1)), builder.zext(builder.and_(neg, nz), it))
+
+
+simd.register_row_fields(NDITHER_KIND, _natural_dither_param, _natural_dither_fields)
 
 
 @njit(cache=True)
 def natural_dither_pack(x, bucket, scales, s, width, seed, out, offset):
     """Natural dithering of x with per-bucket scales, fields packed at ``width`` bits
-    (:func:`.kernels.wire.pack_fields`)."""
-    d = x.shape[0]
-    fields = np.empty(CHUNK, dtype=np.uint32)
-    u = np.empty(CHUNK, dtype=np.uint32)
-    for c0 in range(0, d, CHUNK):
-        c1 = min(c0 + CHUNK, d)
-        uniforms32(seed, c0, u[:c1 - c0])
-        xc = x[c0:c1]
-        i = c0
-        l = c0 // bucket                  # then l += 1: no division per bucket
-        while i < c1:
-            e = min((l + 1) * bucket, c1)
-            sc = scales[l]
-            natural_dither(xc, u, fields, np.uint64(i - c0), np.uint64(e - i), 1.0 / sc if sc > 0.0 else 0.0, s)
-            i = e
-            l += 1
-        pack_fields(fields[:c1 - c0], width, out, offset + (c0 * width) // 8)
+    (:func:`.kernels.dither.dither_pack` with the rule above)."""
+    dither_pack(x, bucket, scales, s, width, seed, out, offset, NDITHER_KIND)
 
 
 def _natural_dither_row_values(builder, f, sc, s):
@@ -462,13 +478,11 @@ class NaturalDither(BucketDither):
         natural_dither_decode(payload, offset, d, b, scales, self.s, self._width, out, weight, True)
 
 
-FIELDS_KIND = 11
-"""natural-dither's field format in ``simd.ROW_VALUES`` (its FORMAT_ID)."""
-simd.register_row_values(FIELDS_KIND, _natural_dither_row_values)
+simd.register_row_values(NDITHER_KIND, _natural_dither_row_values)
 
 
 @njit(cache=True)
 def natural_dither_decode(src, offset, d, bucket, scales, s, width, out, weight, accumulate):
     """Decode d fields, value = ±scale_bucket·2^{l−s} (0 for l = 0) (:func:`.kernels.wire.blocked_decode`;
     ``accumulate``: out += weight·value)."""
-    wire.blocked_decode(src, offset, d, bucket, scales, s, width, out, weight, accumulate, FIELDS_KIND)
+    wire.blocked_decode(src, offset, d, bucket, scales, s, width, out, weight, accumulate, NDITHER_KIND)

@@ -34,22 +34,8 @@ from ..errors import PayloadError
 from . import qsgd_elias
 from .base import FP64_PARAM, Compressor, Param
 from .kernels import simd, wire
-from .kernels.dither import qsgd_dither_chunk
+from .kernels.dither import qsgd_pack
 from .kernels.norms import n_blocks
-from .kernels.wire import CHUNK, pack_fields
-
-
-@njit(cache=True)
-def qsgd_dither_pack(x, bucket, scales, s, width, seed, out, offset):
-    """QSGD dithering of x with per-bucket scales; fields packed at ``width`` bits each into
-    ``out[offset:]`` (:func:`.kernels.wire.pack_fields`)."""
-    d = x.shape[0]
-    fields = np.empty(CHUNK, dtype=np.uint32)
-    u = np.empty(CHUNK, dtype=np.uint32)
-    for c0 in range(0, d, CHUNK):
-        c1 = min(c0 + CHUNK, d)
-        qsgd_dither_chunk(x, c0, c1, bucket, scales, s, seed, fields, u)
-        pack_fields(fields[:c1 - c0], width, out, offset + (c0 * width) // 8)
 
 
 def _qsgd_row_values(builder, f, unit, _):
@@ -142,7 +128,7 @@ class QSGD(BucketDither):
     )
     FORMAT_ID = 2
     unbiased = True
-    _pack = staticmethod(qsgd_dither_pack)
+    _pack = staticmethod(qsgd_pack)
 
     def _init(self) -> None:
         super()._init()

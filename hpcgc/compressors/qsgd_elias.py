@@ -3,7 +3,7 @@
 Alistarh, Grubic, Li, Tomioka, Vojnovic, *QSGD: Communication-Efficient SGD via Gradient
 Quantization and Encoding*, NeurIPS 2017. The quantized vector Q_s(v) is the same as with
 ``code=fixed`` (same seed ⇒ same levels ⇒ identical decoded vector: both codes dither with
-:func:`hpcgc.compressors.kernels.dither.qsgd_dither`); only the encoding of the levels differs. Instead of
+:mod:`hpcgc.compressors.kernels.dither`); only the encoding of the levels differs. Instead of
 d fixed-width fields, only the entries with level ≥ 1 are sent: their positions as Elias-omega
 coded gaps, a sign bit and the Elias-omega code of the level (ω(1) = ``0``,
 ω(n) = R(n)·``0`` with R(1) empty and R(n) = R(⌊log₂n⌋)·binary(n); Elias 1975, the "recursive
@@ -57,7 +57,7 @@ from numba import njit
 
 from ..errors import PayloadError
 from .kernels import wire
-from .kernels.dither import qsgd_dither_chunk
+from .kernels.dither import qsgd_fields
 from .kernels.norms import n_blocks
 from .kernels.sparse import bit_length, elias_omega_length, reverse_bits
 from .kernels.wire import CHUNK
@@ -190,7 +190,7 @@ def qsgd_elias_encode(x, bucket, scales, s, seed, out, offset):
     """QSGD dithering of x (per-bucket scales, the uniforms of ``code=fixed``) written as the Elias
     stream into ``out[offset:]``; returns (stream bytes, model entry bits).
 
-    Per chunk of ``wire.CHUNK`` entries: :func:`qsgd_dither_chunk` fills a scratch array of
+    Per chunk of ``wire.CHUNK`` entries: :func:`.kernels.dither.qsgd_fields` fills a scratch array of
     fields, a branch-free loop collects the positions of the nonzero levels, and codes are emitted
     for those only (one ≤ 29-bit append for a gap and level < FAST), 32 bits at a time.
     ``out[offset:]`` must hold ``stream_bound_bytes`` bytes; it need not be zeroed."""
@@ -207,7 +207,7 @@ def qsgd_elias_encode(x, bucket, scales, s, seed, out, offset):
     for c0 in range(0, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
         f = fields[:c1 - c0]
-        qsgd_dither_chunk(x, c0, c1, bucket, scales, s, seed, f, u)
+        qsgd_fields(x, c0, c1, bucket, scales, s, seed, f, u)
         k = 0
         for b0 in range(0, c1 - c0, 64):    # positions of the nonzero levels, without branches,
             fb = f[b0:min(b0 + 64, c1 - c0)]  # skipping blocks of 64 zeros (vectorised max)

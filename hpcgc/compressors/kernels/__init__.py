@@ -4,10 +4,11 @@ The catalogue (``hpcgc/compressors/*.py``, one file per compressor) states each 
 bits and ω/δ and calls these modules; nothing here knows a compressor class.
 
     wire.py          the 8-byte header, payload checks, fixed-width and blocked bit packing, trits
-    simd.py          explicit-SIMD rows (LLVM ``<32 x i32>``) behind ``wire``'s blocked layout
+    simd.py          explicit-SIMD rows (LLVM ``<32 x i32>``) behind ``wire``'s blocked layout,
+                     fused row decoders and encoders
     prng.py          SplitMix64, counter-based: ``uniform_at``, ``uniforms32``, ``next_below``
     norms.py         block ℓ2 / ℓ∞ norms and the all-finite test
-    dither.py        QSGD's dithering rule (shared by ``qsgd``'s fixed and Elias codes)
+    dither.py        bucketed dithering drivers (fused quantize+pack rows) and QSGD's rule
     sparse.py        sparse index codecs (fixed width or Elias-omega gaps), finite checks, selection
     elias_omega.py   Elias-omega bit streams of the smoothness-aware compressors
     reference.py     plain numpy implementations: micro-benchmark baseline and test oracles

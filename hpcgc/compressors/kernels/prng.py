@@ -46,10 +46,21 @@ def mix64(z):
     return z ^ (z >> _S31)
 
 
+GAMMA = _GAMMA
+"""The Weyl step γ: word i of ``seed`` is mix64(w) for the state w = :func:`state_at` (seed, i);
+a loop over consecutive words carries w += γ (an add per word instead of a multiply)."""
+
+
+@njit(cache=True)
+def state_at(seed, i):
+    """The Weyl state of word i (i ≥ 0) of the stream of ``seed``: seed + (i+1)·γ."""
+    return seed + np.uint64(i + 1) * _GAMMA
+
+
 @njit(cache=True)
 def word_at(seed, i):
     """The i-th 64-bit word (i ≥ 0) of the stream of ``seed`` (uint64): mix(seed + (i+1)·γ)."""
-    return mix64(seed + np.uint64(i + 1) * _GAMMA)
+    return mix64(state_at(seed, i))
 
 
 @njit(cache=True)
@@ -68,18 +79,21 @@ def uniforms32(seed, start, out):
     to out[p] and its high half to out[h + p]; an odd last entry takes the low half of word
     start + h. The words used lie in [start, start + m), so disjoint coordinate ranges of one
     message (its chunks) never share random bits. Two contiguous half-loops: both
-    vectorise."""
+    vectorise. The Weyl state is carried (w += γ) rather than formed as base + p·γ: the same
+    words, but LLVM then steps a vector of states by an add instead of a 64-bit multiply per
+    word (which AVX2 emulates with three 32-bit multiplies: −20 % instructions per entry)."""
     m = out.shape[0]
     h = m // 2
     lo = out[:h]
     hi = out[h:2 * h]
-    base = seed + np.uint64(start + 1) * _GAMMA
+    w = state_at(seed, start)
     for p in range(h):
-        z = mix64(base + np.uint64(p) * _GAMMA)
+        z = mix64(w)
         lo[p] = np.uint32(z & _LOW32)
         hi[p] = np.uint32(z >> _S32)
-    if m & 1:
-        out[m - 1] = np.uint32(mix64(base + np.uint64(h) * _GAMMA) & _LOW32)
+        w += _GAMMA
+    if m & 1:                               # w is now word start + h
+        out[m - 1] = np.uint32(mix64(w) & _LOW32)
 
 
 @njit(cache=True)

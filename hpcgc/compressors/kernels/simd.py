@@ -228,3 +228,161 @@ def values_row(typingctx, out, ooff, fields, foff, a, b, kind):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+# -- fused row encoders (quantize + pack) ----------------------------------------------------------
+
+SUB = 8
+"""Lanes of the encoders' vectors: a row is quantized as LANES/SUB sub-rows of ``<SUB x i32>``
+(one AVX2 register of 32-bit lanes; their float64 intermediates are two)."""
+SUB_I32 = ir.VectorType(_I32, SUB)
+SUB_F64 = ir.VectorType(ir.DoubleType(), SUB)
+
+
+class RowFields:
+    """A dithering rule in LLVM IR, registered with :func:`register_row_fields`:
+
+    * ``param(builder, scale, b)``: the per-bucket double the rule uses, from the bucket's scale
+      as sent (a double) and the rule's integer parameter ``b`` (an i64), e.g. 2^32·s/scale;
+    * ``fields(builder, v, u, p, b)``: the ``<SUB x i32>`` fields of SUB entries, from their values
+      ``v`` (``<SUB x double>``), their uniform 32-bit integers ``u`` (``<SUB x i32>``,
+      :func:`.prng.uniforms32`), ``p = param(…)`` and ``b``.
+    """
+
+    def __init__(self, param, fields):
+        self.param, self.fields = param, fields
+
+
+ROW_FIELDS: dict = {}
+"""kind → :class:`RowFields` of a dithering rule (kind = the compressor's FORMAT_ID), used by
+:func:`row_param`, :func:`fields_row` and :func:`pack_row` (and so by :mod:`.dither`)."""
+
+
+def register_row_fields(kind: int, param, fields) -> None:
+    """Make ``kind``'s dithering rule available to the row encoders."""
+    if kind in ROW_FIELDS:
+        raise ValueError(f"row fields kind {kind} registered twice")
+    ROW_FIELDS[kind] = RowFields(param, fields)
+
+
+def _row_fields(kind):
+    if not isinstance(kind, types.IntegerLiteral):
+        return None                     # numba retries with the literal (numba.literally)
+    return ROW_FIELDS[kind.literal_value]
+
+
+def splat_sub(builder, value, vtype):
+    """IR: a scalar ``value`` broadcast to a vector of type ``vtype`` (the element type's)."""
+    vec = builder.insert_element(ir.Constant(vtype, ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(vec, ir.Constant(vtype, ir.Undefined),
+                                  ir.Constant(ir.VectorType(_I32, vtype.count), None))
+
+
+def vector_call(builder, name, v):
+    """IR: the overloaded unary LLVM intrinsic ``name`` (``llvm.floor``, ``llvm.fabs``) on ``v``, a
+    vector of doubles or floats."""
+    vt = v.type
+    suffix = f"v{vt.count}f64" if vt.element == ir.DoubleType() else f"v{vt.count}f32"
+    fn = builder.module.declare_intrinsic(f"{name}.{suffix}", (), ir.FunctionType(vt, [vt]))
+    return builder.call(fn, [v])
+
+
+def _check_x(x):
+    if not (isinstance(x, types.Array) and x.dtype in (types.float32, types.float64) and x.ndim == 1
+            and x.layout == "C"):
+        raise TypeError(f"row encoders need a contiguous 1-D float32/float64 x, got {x}")
+
+
+def _sub_fields(context, builder, rule, xty, x, xoff, uty, u, uoff, p, b):
+    """IR: the fields of the LANES entries x[xoff:+LANES] (as ``LANES/SUB`` ``<SUB x i32>``)."""
+    f32 = xty.dtype == types.float32
+    xvec = ir.VectorType(ir.FloatType() if f32 else ir.DoubleType(), SUB)
+    out = []
+    for j in range(0, LANES, SUB):
+        xo = builder.add(xoff, ir.Constant(xoff.type, j))
+        v = builder.load(row_ptr(context, builder, xty, x, xo, xvec), align=4 if f32 else 8)
+        if f32:
+            v = builder.fpext(v, SUB_F64)
+        uo = builder.add(uoff, ir.Constant(uoff.type, j))
+        uv = builder.load(row_ptr(context, builder, uty, u, uo, SUB_I32), align=4)
+        out.append(rule.fields(builder, v, uv, p, b))
+    return out
+
+
+@intrinsic
+def row_param(typingctx, scale, b, kind):
+    """The per-bucket parameter of ``kind``'s dithering rule (``ROW_FIELDS[kind].param``)."""
+    rule = _row_fields(kind)
+    if rule is None:
+        return None
+    sig = types.float64(types.float64, types.int64, kind)
+
+    def codegen(context, builder, sig, args):
+        return rule.param(builder, args[0], args[1])
+
+    return sig, codegen
+
+
+@intrinsic
+def fields_row(typingctx, fields, foff, x, xoff, u, uoff, p, b, kind):
+    """``fields[foff:+LANES]`` = the fields of ``x[xoff:+LANES]`` under ``kind``'s dithering
+    rule, with the uniforms ``u[uoff:+LANES]`` (uint32) and the rule's parameter ``p``
+    (:func:`row_param`) and ``b``. No bounds checks (as the other rows)."""
+    rule = _row_fields(kind)
+    if rule is None:
+        return None
+    _check_u32(fields, u)
+    _check_x(x)
+    sig = types.void(fields, foff, x, xoff, u, uoff, types.float64, types.int64, kind)
+
+    def codegen(context, builder, sig, args):
+        fs = _sub_fields(context, builder, rule, sig.args[2], args[2], args[3], sig.args[4], args[4],
+                         args[5], args[6], args[7])
+        for j, f in zip(range(0, LANES, SUB), fs):
+            fo = builder.add(args[1], ir.Constant(args[1].type, j))
+            builder.store(f, row_ptr(context, builder, sig.args[0], args[0], fo, SUB_I32), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def pack_row(typingctx, words, woff, wnext, sh, x, xoff, u, uoff, p, b, kind):
+    """Fused quantize + pack of one row of the blocked layout (:func:`.wire.pack_fields`): the
+    fields of ``x[xoff:+LANES]`` (as :func:`fields_row`, never stored) shifted left by ``sh`` into
+    ``words[woff:+LANES]`` (stored when sh = 0, else OR-ed into the row's earlier fields), and their
+    bits beyond the word, ``>> (32 − sh)``, stored to ``words[wnext:+LANES]`` when ``wnext ≥ 0``."""
+    rule = _row_fields(kind)
+    if rule is None:
+        return None
+    _check_u32(words, u)
+    _check_x(x)
+    sig = types.void(words, woff, wnext, sh, x, xoff, u, uoff, types.float64, types.int64, kind)
+
+    def codegen(context, builder, sig, args):
+        fs = _sub_fields(context, builder, rule, sig.args[4], args[4], args[5], sig.args[6], args[6],
+                         args[7], args[8], args[9])
+        shift = context.cast(builder, args[3], sig.args[3], types.uint32)
+        left = splat_sub(builder, shift, SUB_I32)
+        wty, w = sig.args[0], args[0]
+
+        def ptr(off, j):
+            return row_ptr(context, builder, wty, w, builder.add(off, ir.Constant(off.type, j)), SUB_I32)
+
+        into = builder.icmp_unsigned("!=", shift, ir.Constant(_I32, 0))
+        with builder.if_else(into) as (merge, store):
+            with merge:
+                for j, f in zip(range(0, LANES, SUB), fs):
+                    dp = ptr(args[1], j)
+                    builder.store(builder.or_(builder.load(dp, align=4), builder.shl(f, left)), dp, align=4)
+            with store:
+                for j, f in zip(range(0, LANES, SUB), fs):
+                    builder.store(f, ptr(args[1], j), align=4)
+        nxt = context.cast(builder, args[2], sig.args[2], types.int64)
+        with builder.if_then(builder.icmp_signed(">=", nxt, ir.Constant(nxt.type, 0))):
+            right = splat_sub(builder, builder.sub(ir.Constant(_I32, 32), shift), SUB_I32)
+            for j, f in zip(range(0, LANES, SUB), fs):
+                builder.store(builder.lshr(f, right), ptr(nxt, j), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
