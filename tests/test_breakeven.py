@@ -316,6 +316,11 @@ def test_collectives_file_without_latency(produced, tmp_path):
     p = hpcgc(f["base"], f["diana"], "--collectives", zero, "-o", tmp_path / "out")
     assert p.returncode == 2, show(p)
     assert "no collective has a latency α > 0" in p.stderr
+    # α given: the same file still prices the check's messages (its measured sizes and β)
+    p = hpcgc(f["base"], f["diana"], "--collectives", zero, "--latency-us", "50", "-o", tmp_path / "given")
+    assert p.returncode == 0, show(p)
+    rows = _csv(tmp_path / "given" / "check.csv")
+    assert len(rows) == 2 and all(float(r["predicted_s"]) > 0 for r in rows)
     p = hpcgc(f["base"], f["diana"], "-o", tmp_path / "out")
     assert p.returncode == 2 and "--collectives" in p.stderr
 

@@ -347,10 +347,12 @@ class Latency:
     measured: dict = field(default_factory=dict)  # op -> (sizes, mean seconds) as measured by the file
 
 
-def latency_from_collectives(path) -> Latency:
+def latency_from_collectives(path, require_alpha: bool = True) -> Latency:
     """Point-to-point α (and bandwidth) from each collective's fit t(s) = α_c + β_c·s in a ``bench
     collectives`` file: α = α_c / a(0, n_file), β = β_c / (∂b/∂s at the largest size), a, b the model's
-    coefficients of that operation (:func:`op_coefficients`); the median over collectives."""
+    coefficients of that operation (:func:`op_coefficients`); the median over collectives.
+    ``require_alpha=False`` (α given by ``--latency-us``): a file where no fit has α > 0 still
+    gives its β and its measured table (α is then NaN)."""
     from hpcgc import results
     try:
         res = results.load_collectives(path)
@@ -370,11 +372,11 @@ def latency_from_collectives(path) -> Latency:
             notes.append(f"{path}: {op}: fitted α = {tb.alpha!r} s is not > 0; not used for α")
         if math.isfinite(tb.beta) and tb.beta > 0 and slope > 0:
             betas[op] = tb.beta / slope
-    if not alphas:
+    if not alphas and require_alpha:
         raise BreakEvenError(f"--collectives {path}: no collective has a latency α > 0 (fitted: " +
                              ", ".join(f"{op} {tb.alpha:g} s" for op, tb in res.items()) +
                              "); measure again or give --latency-us")
-    alpha = float(np.median(list(alphas.values())))
+    alpha = float(np.median(list(alphas.values()))) if alphas else float("nan")
     src = (f"{path} (n = {n}): median of " +
            ", ".join(f"{op} {a * 1e6:.3g} µs" for op, a in alphas.items()))
     gb = float(beta_to_gbps(np.median(list(betas.values())))) if betas else float("nan")
@@ -786,7 +788,7 @@ def main(argv=None) -> int:
                 raise BreakEvenError(f"--latency-us {args.latency_us!r}: α must be finite and > 0")
             latency = Latency(args.latency_us * 1e-6, "--latency-us")
             if args.collectives:
-                other = latency_from_collectives(args.collectives)
+                other = latency_from_collectives(args.collectives, require_alpha=False)
                 latency.machine_gbps, latency.ranks, latency.measured = other.machine_gbps, other.ranks, other.measured
         elif args.collectives:
             latency = latency_from_collectives(args.collectives)
