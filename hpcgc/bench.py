@@ -198,13 +198,30 @@ def _measure(s) -> str:
     return f"{s.suboptimality:.3e}"
 
 
+RUN_HEAD = f"{'run':<5} {'algorithm':<9} {'compressor':<26} {'collective':<10}"
+
+
+def run_columns(s) -> str:
+    """A run's first columns in the summary and floor tables (under :data:`RUN_HEAD`)."""
+    return f"{s.run_id[:3]:<5} {s.algorithm:<9} {s.compressor[:26]:<26} {s.collective:<10}"
+
+
+def floor_head(ratio: str) -> str:
+    return f"{'median(ms)':>10} {'floor(ms)':>10} {ratio:>7}"
+
+
+def floor_columns(s) -> str:
+    """A run's median iteration, floor and their ratio (under :func:`floor_head`)."""
+    return f"{s.median_iter_ms:>10.4f} {s.floor_ms:>10.4f} {s.floor_ratio:>7.2f}"
+
+
 def summary_table(summaries) -> str:
     cols = ("grad", "compress", "wait_up", "comm_up", "server", "wait_down", "comm_down", "other", "iter")
-    head = (f"{'run':<5} {'algorithm':<9} {'compressor':<26} {'collective':<10} {'status':<10} {'iters':>6} {'f - f*':>10} "
+    head = (f"{RUN_HEAD} {'status':<10} {'iters':>6} {'f - f*':>10} "
             f"{'MB up':>9} {'wire/model':>10} " + " ".join(f"{c + '(ms)':>12}" for c in cols))
     floor = any(math.isfinite(s.floor_ratio) for s in summaries)
     if floor:
-        head += f" {'median(ms)':>10} {'floor(ms)':>10} {'/floor':>7}"
+        head += " " + floor_head("/floor")
     lines = ["# per-iteration times: mean over iterations and ranks; MB up: bytes that crossed the network "
              "(every rank's under allreduce/allgather, all but rank 0's under gather); wait_*: idle in the "
              "barrier before a collective, comm_*: the collective, other: hpcgc's bookkeeping, iter: wall-clock "
@@ -213,11 +230,10 @@ def summary_table(summaries) -> str:
              "|grad f|^2 / |grad f(x0)|^2, marked g",
              head, "-" * len(head)]
     for s in summaries:
-        lines.append(f"{s.run_id[:3]:<5} {s.algorithm:<9} {s.compressor[:26]:<26} {s.collective:<10} {s.status:<10} "
-                     f"{s.iterations:>6} "
+        lines.append(f"{run_columns(s)} {s.status:<10} {s.iterations:>6} "
                      f"{_measure(s):>10} {s.mb_up:>9.4f} {s.wire_over_model:>10.3f} "
                      + " ".join(f"{s.phase_ms.get(c, math.nan):>12.4f}" for c in cols)
-                     + (f" {s.median_iter_ms:>10.4f} {s.floor_ms:>10.4f} {s.floor_ratio:>7.2f}" if floor else ""))
+                     + (" " + floor_columns(s) if floor else ""))
     if floor:
         lines.append("# median: hpcgc's median iteration (over ranks and iterations); floor: the same collectives with "
                      "the same message sizes and nothing else (python -m hpcgc.bench floor, docs/performance.md)")

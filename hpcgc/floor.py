@@ -76,14 +76,12 @@ def run_floor(run, transport, done: int, **kw) -> dict:
 
 def table(summaries) -> str:
     """The floor table printed by ``python -m hpcgc.bench floor``."""
-    head = (f"{'run':<5} {'algorithm':<9} {'compressor':<26} {'collective':<10} {'iters':>6} "
-            f"{'median(ms)':>10} {'floor(ms)':>10} {'ratio':>7}  collectives per iteration (rank 0)")
+    from .bench import RUN_HEAD, floor_columns, floor_head, run_columns
+    head = f"{RUN_HEAD} {'iters':>6} {floor_head('ratio')}  collectives per iteration (rank 0)"
     lines = ["# floor: the run's collectives with its message sizes and nothing else, back to back "
              "(median of batches, slowest rank); median: hpcgc's median iteration (wall-clock, over ranks "
              "and iterations); ratio = median / floor",
              head, "-" * len(head)]
     for s in summaries:
-        lines.append(f"{s.run_id[:3]:<5} {s.algorithm:<9} {s.compressor[:26]:<26} {s.collective:<10} "
-                     f"{s.iterations:>6} {s.median_iter_ms:>10.4f} {s.floor_ms:>10.4f} {s.floor_ratio:>7.2f}  "
-                     f"{s.floor_collectives}")
+        lines.append(f"{run_columns(s)} {s.iterations:>6} {floor_columns(s)}  {s.floor_collectives}")
     return "\n".join(lines)
