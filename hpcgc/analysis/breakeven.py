@@ -168,6 +168,10 @@ class MethodModel:
         scale = 1.0 if self.collective == "allreduce" else n / self.ranks
         return self.workers + self.server * scale + self.idle + self.other
 
+    def messages(self) -> list[tuple[str, float, int]]:
+        """(op, bytes per rank, calls) of one iteration (:func:`iteration_messages`)."""
+        return iteration_messages(self.collective, self.up_bytes, self.down_bytes, self.rounds, self.down_bcasts)
+
     def coefficients(self, n):
         """(a, b, g) per iteration: communication = a·α + b·β + g·γ at n processes."""
         return exchange_coefficients(self.collective, self.up_bytes, self.down_bytes, n,
@@ -204,27 +208,34 @@ def op_coefficients(op: str, nbytes, n):
     raise ValueError(f"unknown operation {op!r}")
 
 
-def exchange_parts(collective: str, up_bytes, down_bytes, n, rounds: int = 1, down_bcasts: int = 1):
-    """The operations of one iteration of a run under ``collective`` at n processes, as
-    ``[(op, (a, b, g)), ...]`` with ``op`` the ``bench collectives`` operation that measures that
-    part (``allreduce``, ``allgather``, ``gather``, ``bcast``); ``up_bytes``: what each worker hands to
-    MPI per iteration (under gather/allgather the 4-byte length word included), ``down_bytes``: the
-    Bcast buffers of the iteration."""
+def iteration_messages(collective: str, up_bytes, down_bytes, rounds: int = 1,
+                       down_bcasts: int = 1) -> list[tuple[str, float, int]]:
+    """The operations of one iteration of a run under ``collective``, as ``bench collectives``
+    measures them: ``[(op, bytes per rank, calls), ...]`` with ``op`` one of ``allreduce``,
+    ``allgather``, ``gather``, ``bcast``; ``up_bytes``: what each worker hands to MPI per iteration
+    (under gather/allgather the 4-byte length word included), ``down_bytes``: the Bcast buffers of
+    the iteration (a compressed downlink: an 8-byte header, then the payload)."""
     if collective == "allreduce":
-        a, b, g = cm.coefficients("allreduce", np.asarray(up_bytes, float) / rounds, n)
-        return [("allreduce", (a * rounds, b * rounds, g * rounds))]
+        return [("allreduce", float(up_bytes) / rounds, rounds)]
     payload = max(float(up_bytes) - LENGTH_BYTES, 0.0)
     if collective == "allgather":
-        return [("allgather", op_coefficients("allgather", payload, n))]
+        return [("allgather", payload, 1)]
     if collective != "gather":
         raise ValueError(f"unknown collective {collective!r}")
-    up = op_coefficients("gather", payload, n)
-    if down_bcasts == 1:
-        down = cm.coefficients("bcast", down_bytes, n)
-    else:                               # header, then the payload
-        down = _add(cm.coefficients("bcast", HEADER_BYTES, n),
-                    cm.coefficients("bcast", max(float(down_bytes) - HEADER_BYTES, 0.0), n))
-    return [("gather", up), ("bcast", down)]
+    down = ([("bcast", float(down_bytes), 1)] if down_bcasts == 1 else
+            [("bcast", float(HEADER_BYTES), 1), ("bcast", max(float(down_bytes) - HEADER_BYTES, 0.0), 1)])
+    return [("gather", payload, 1), *down]
+
+
+def exchange_parts(collective: str, up_bytes, down_bytes, n, rounds: int = 1, down_bcasts: int = 1):
+    """The cost-model coefficients of one iteration at n processes, per operation:
+    ``[(op, (a, b, g)), ...]`` — :func:`op_coefficients` of each of :func:`iteration_messages`,
+    times its calls, summed per operation."""
+    parts: dict = {}
+    for op, nbytes, calls in iteration_messages(collective, up_bytes, down_bytes, rounds, down_bcasts):
+        abg = tuple(calls * c for c in op_coefficients(op, nbytes, n))
+        parts[op] = _add(parts[op], abg) if op in parts else abg
+    return list(parts.items())
 
 
 def exchange_coefficients(collective: str, up_bytes, down_bytes, n, rounds: int = 1, down_bcasts: int = 1):
@@ -507,18 +518,6 @@ def predicted_run_time(m: MethodModel, latency: Latency, iterations: float, gamm
     return iterations * (float(m.compute(m.ranks)) + comm)
 
 
-def iteration_messages(m: MethodModel) -> list[tuple[str, float, int]]:
-    """The operations of one iteration as ``bench collectives`` measures them: ``(op, bytes per rank,
-    calls)`` — the same parts as :func:`exchange_parts`, one entry per message size."""
-    if m.collective == "allreduce":
-        return [("allreduce", m.up_bytes / m.rounds, m.rounds)]
-    out = [(m.collective, max(m.up_bytes - LENGTH_BYTES, 0.0), 1)]
-    if m.collective == "gather":
-        out += ([("bcast", m.down_bytes, 1)] if m.down_bcasts == 1 else
-                [("bcast", HEADER_BYTES, 1), ("bcast", max(m.down_bytes - HEADER_BYTES, 0.0), 1)])
-    return out
-
-
 LOCAL_SPAN = 4.0                # the local fit uses the measured sizes within this factor of the message
 
 
@@ -561,7 +560,7 @@ def message_seconds_local(latency: Latency, op: str, nbytes: float, n: int) -> f
 def predicted_run_time_local(m: MethodModel, latency: Latency, iterations: float) -> float:
     """Like :func:`predicted_run_time`, with α, β fitted per message size (:func:`message_seconds_local`)."""
     comm = sum(calls * message_seconds_local(latency, op, nbytes, m.ranks) for op, nbytes, calls in
-               iteration_messages(m) if nbytes > 0)
+               m.messages() if nbytes > 0)
     return iterations * (float(m.compute(m.ranks)) + comm)
 
 
@@ -581,7 +580,7 @@ def predicted_run_time_table(m: MethodModel, latency: Latency, iterations: float
     """Like :func:`predicted_run_time`, with every collective of an iteration priced at the time the
     collectives file measured for that operation and message size instead of the α-β model: it
     separates the α-β fit's error from everything else (compute, waiting, bookkeeping)."""
-    comm = sum(calls * table_seconds(latency, op, nbytes) for op, nbytes, calls in iteration_messages(m))
+    comm = sum(calls * table_seconds(latency, op, nbytes) for op, nbytes, calls in m.messages())
     return iterations * (float(m.compute(m.ranks)) + comm)
 
 
@@ -623,7 +622,7 @@ def check(models: list[MethodModel], target: Target, latency: Latency, gamma: fl
             after = ((meas - first) / (pred * (k - 1) / k) if k > 1 and pred > 0 and math.isfinite(first)
                      else float("nan"))
             used = []
-            for op, nbytes, _ in iteration_messages(one):
+            for op, nbytes, _ in one.messages():
                 fit = local_fit(latency, op, nbytes) if nbytes > 0 else None
                 if fit is not None:
                     used.append(f"{op} {format_bytes(nbytes)}: α_c {fit[0] * 1e6:.3g} µs, β_c {fit[1] * 1e9:.3g} ns/B")
