@@ -21,10 +21,12 @@ written as ``<path>.partial`` and renamed to ``<path>`` when the whole invocatio
 """
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import re
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +38,7 @@ from .errors import UserError
 
 SCHEMA_VERSION = 1
 FLUSH_SECONDS = 2.0
+METADATA_MARGIN = 256 * 1024          # bytes kept free beyond a write's data (HDF5 metadata, chunk index)
 PARTIAL_SUFFIX = ".partial"
 CHECKPOINT_SUFFIX = ".checkpoint"     # a directory beside the results file: one <run_id>.h5 per interrupted run
 
@@ -82,8 +85,24 @@ def guarded(method):
             return method(self, *args, **kwargs)
         except (OSError, RuntimeError, ValueError, KeyError) as exc:
             top.error = WriteFailed(f"cannot write {top.partial}: {_cause(exc)}")
+            _drop_release_reports()
             return None
     return wrapper
+
+
+def _drop_release_reports():
+    """After a write failure (reported once, as ``error``): every HDF5 object released later tries to
+    flush to the file that failed, and h5py reports each failure from a destructor ("Exception
+    ignored in ... __dealloc__", hundreds of tracebacks on a full disk). Drop those reports only."""
+    previous = sys.unraisablehook
+    if getattr(previous, "hpcgc_drops_h5py", False):
+        return
+
+    def hook(u):
+        if not (isinstance(u.exc_value, (RuntimeError, OSError)) and "h5py" in str(u.object)):
+            previous(u)
+    hook.hpcgc_drops_h5py = True
+    sys.unraisablehook = hook
 
 
 def estimate_run_bytes(rows: int, n: int, world: int, per_iteration_rows: int, d: int) -> int:
@@ -119,6 +138,7 @@ class ResultsWriter:
         if overwrite:                            # this invocation owns the path now: no stale checkpoints
             shutil.rmtree(self.checkpoints, ignore_errors=True)
         self.error = None
+        self.active = None              # the RunWriter of the run being written
         self.f.attrs["schema_version"] = SCHEMA_VERSION
         for k, v in attrs.items():
             self.f.attrs[k] = _attr(v)
@@ -137,6 +157,7 @@ class ResultsWriter:
             raise FileExistsError(f"{self.partial} cannot be opened for resuming ({_cause(exc)}): "
                                   "is another invocation writing it?") from exc
         self.error = None
+        self.active = None              # the RunWriter of the run being written
         self.f.attrs["resumed"] = self.f.attrs.get("resumed", 0) + 1
         for k, v in attrs.items():       # the provenance of the resuming invocation beside the original's
             if k in ("created", "command_line") or k.startswith("slurm_"):
@@ -169,6 +190,18 @@ class ResultsWriter:
         """The writer of an interrupted run, its rows cut back to the checkpoint's."""
         return RunWriter(self, self.f["runs"][run_id], {}, 0, 0, rows=rows)
 
+    def require_space(self, nbytes: int):
+        """Before a write of about ``nbytes``: an OSError (ENOSPC) if the file system has less free
+        than that plus ``METADATA_MARGIN``. HDF5 cannot recover from a write the disk refuses —
+        releasing the file's objects afterwards crashes the process (HDF5 1.14, h5py 3.16) —, so a
+        full disk must be seen before HDF5 writes; a disk another process fills during the write
+        is the case left."""
+        needed = int(nbytes) + METADATA_MARGIN
+        free = shutil.disk_usage(self.partial.parent).free
+        if free < needed:
+            raise OSError(errno.ENOSPC, f"not enough free space: about {needed / 1e6:.3g} MB needed, "
+                                        f"{free / 1e6:.3g} MB free")
+
     def free_space_error(self, run_id: str, needed: int):
         """A WriteFailed if the file system holding the file has less than ``needed`` bytes free."""
         free = shutil.disk_usage(self.partial.parent).free
@@ -181,9 +214,17 @@ class ResultsWriter:
     def begin_run(self, run_id: str, attrs: dict, n_workers: int, world_size: int) -> RunWriter:
         return RunWriter(self, self.f["runs"].create_group(run_id), attrs, n_workers, world_size)
 
+    @guarded
+    def flush(self):
+        self.require_space(0)
+        self.f.flush()
+
     def close(self, complete: bool = True):
+        if self.active is not None:
+            self.active.write_rows()             # rows still in memory (an interruption, an error elsewhere)
         try:
-            self.f.attrs["complete"] = bool(complete and self.error is None)
+            if self.error is None:               # after a write failure, write nothing more
+                self.f.attrs["complete"] = bool(complete)
             self.f.close()
         except (OSError, RuntimeError, ValueError) as exc:
             self.error = self.error or WriteFailed(f"cannot write {self.partial}: {_cause(exc)}")
@@ -205,9 +246,12 @@ class RunWriter:
         self.g = g
         self.run_id = g.name.rsplit("/", 1)[-1]
         self._last_flush = time.monotonic()
+        self.pending = []               # rows not yet written (see append)
+        parent.active = self
         if rows is not None:            # resuming: the series as they were at the checkpoint
             self.rows = rows
-            for ds in self._series():
+            self.series = self._series()
+            for _, _, ds in self.series:
                 ds.resize((rows, *ds.shape[1:]))
             self.g.attrs["status"] = "running"
             return
@@ -225,18 +269,25 @@ class RunWriter:
             for name in names:
                 tg.create_dataset(name, shape=(0, world), maxshape=(None, world), dtype=np.float64,
                                   chunks=(256, world))
+        self.series = self._series()
 
-    def _series(self):
-        yield from (self.g[name] for name in (*SCALAR_SERIES, *WORKER_SERIES) if name in self.g)
+    def _series(self) -> list:
+        """(row key, column or None, dataset) of every series in the group, opened once: the handles
+        stay open while the run is written (none is released, and flushed, per write)."""
+        out = [(name, None, self.g[name]) for name in (*SCALAR_SERIES, *WORKER_SERIES)
+               if name in self.g]    # a file begun by an older version, resumed, lacks some series
         for group, names in (("time", PHASES), ("mpi_bytes", LEDGER)):
-            yield from (self.g[group][name] for name in names if name in self.g[group])
+            out += [(group, j, self.g[group][name]) for j, name in enumerate(names) if name in self.g[group]]
+        return out
 
     @guarded
     def save_checkpoint(self, iteration: int, blobs: list):
         """The run's state at ``iteration`` (one pickled blob per rank) into
         ``<results>.checkpoint/<run_id>.h5``, written beside and renamed over the previous one (a
         crash while writing leaves the previous checkpoint intact)."""
-        self.parent.f.flush()                    # the rows the checkpoint refers to are on disk first
+        self.write_rows()                        # the rows the checkpoint refers to are on disk first
+        self.parent.f.flush()
+        self.parent.require_space(sum(len(b) for b in blobs))
         d = self.parent.checkpoints
         d.mkdir(exist_ok=True)
         final = d / f"{self.run_id}.h5"
@@ -253,37 +304,42 @@ class RunWriter:
         for k, v in attrs.items():
             self.g.attrs[k] = _attr(v)
 
-    @guarded
     def append(self, row: dict):
         """One evaluation point: scalars, per-worker vectors, ``time`` → (world, phases) array and
-        ``mpi_bytes`` → (world, collectives) array (the transport's cumulative sender ledger)."""
-        t = self.rows
-        for name in SCALAR_SERIES:
-            if name not in self.g:             # a file begun by an older version, resumed: no such series
-                continue
-            ds = self.g[name]
-            ds.resize((t + 1,))
-            ds[t] = row.get(name, np.nan)
-        for name in WORKER_SERIES:
-            ds = self.g[name]
-            ds.resize((t + 1, ds.shape[1]))
-            ds[t] = row[name]
-        for group, names in (("time", PHASES), ("mpi_bytes", LEDGER)):
-            cols = row[group]
-            for j, name in enumerate(names):
-                if name not in self.g[group]:  # a file begun by an older version, resumed
-                    continue
-                ds = self.g[group][name]
-                ds.resize((t + 1, ds.shape[1]))
-                ds[t] = cols[:, j]
+        ``mpi_bytes`` → (world, collectives) array (the transport's cumulative sender ledger).
+        Rows are kept in memory and written to the file together (:meth:`write_rows`) at the
+        periodic flush (every ``FLUSH_SECONDS``), a checkpoint, the run's end or the file's close:
+        one resize and one slice write per series instead of 28 small writes per row."""
+        if self.parent.error is not None:
+            return
+        # a snapshot: the caller's arrays (the ledger's cumulative bits, gathered timers) change in place
+        self.pending.append({k: v.copy() if isinstance(v, np.ndarray) else v for k, v in row.items()})
         self.rows += 1
         now = time.monotonic()
         if now - self._last_flush >= FLUSH_SECONDS:
-            self.parent.f.flush()
+            self.write_rows()
+            self.parent.flush()
             self._last_flush = now
 
     @guarded
+    def write_rows(self):
+        """Write the rows kept in memory to their series."""
+        rows, self.pending = self.pending, []
+        if not rows:
+            return
+        t0, k = self.rows - len(rows), len(rows)
+        self.parent.require_space(sum((k // ds.chunks[0] + 2) * ds.chunks[0] * ds.dtype.itemsize
+                                      * int(np.prod(ds.shape[1:])) for _, _, ds in self.series))
+        blocks = {}
+        for key, j, ds in self.series:
+            if key not in blocks:
+                blocks[key] = np.array([r.get(key, np.nan) for r in rows])   # (k,), (k, n), (k, world, cols)
+            ds.resize((t0 + k, *ds.shape[1:]))
+            ds[t0:t0 + k] = blocks[key] if j is None else blocks[key][:, :, j]
+
+    @guarded
     def write_table(self, group: str, columns: dict):
+        self.parent.require_space(sum(np.asarray(v).nbytes for v in columns.values()))
         g = self.g.require_group(group)
         for k, v in columns.items():
             if k in g:
@@ -292,6 +348,8 @@ class RunWriter:
 
     @guarded
     def finish(self, status: str, stop_reason: str, attrs: dict | None = None, arrays: dict | None = None):
+        self.write_rows()
+        self.parent.require_space(sum(np.asarray(v).nbytes for v in (arrays or {}).values()))
         if attrs:
             self.set_attrs(attrs)
         for k, v in (arrays or {}).items():
@@ -407,10 +465,27 @@ def load(path) -> Results:
     return _load_file(path)
 
 
+#: a reader racing the writer's flush (HDF5 without SWMR: a file being written may show metadata
+#: past its current end for a moment) retries this many times, this far apart, before it gives up
+TORN_READ_RETRIES, TORN_READ_PAUSE_S = 5, 0.2
+
+
 def _load_file(path: Path) -> Results:
+    path = Path(path)
+    for attempt in range(TORN_READ_RETRIES + 1):
+        try:
+            return _read_file(path)
+        except RuntimeError as exc:      # h5py's error for inconsistent metadata ("addr overflow", ...)
+            if attempt == TORN_READ_RETRIES:
+                raise ResultsFormatError(
+                    f"{path}: inconsistent HDF5 metadata ({exc}); if a job is still writing this file, "
+                    f"read it again after its next flush (every 2 s)") from None
+            time.sleep(TORN_READ_PAUSE_S)
+
+
+def _read_file(path: Path) -> Results:
     from .config import tomllib
 
-    path = Path(path)
     with _open_for_reading(path, "results file") as f:
         version = f.attrs.get("schema_version")
         if version is None or "runs" not in f:
