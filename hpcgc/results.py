@@ -26,7 +26,6 @@ import functools
 import os
 import re
 import shutil
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,24 +84,9 @@ def guarded(method):
             return method(self, *args, **kwargs)
         except (OSError, RuntimeError, ValueError, KeyError) as exc:
             top.error = WriteFailed(f"cannot write {top.partial}: {_cause(exc)}")
-            _drop_release_reports()
             return None
     return wrapper
 
-
-def _drop_release_reports():
-    """After a write failure (reported once, as ``error``): every HDF5 object released later tries to
-    flush to the file that failed, and h5py reports each failure from a destructor ("Exception
-    ignored in ... __dealloc__", hundreds of tracebacks on a full disk). Drop those reports only."""
-    previous = sys.unraisablehook
-    if getattr(previous, "hpcgc_drops_h5py", False):
-        return
-
-    def hook(u):
-        if not (isinstance(u.exc_value, (RuntimeError, OSError)) and "h5py" in str(u.object)):
-            previous(u)
-    hook.hpcgc_drops_h5py = True
-    sys.unraisablehook = hook
 
 
 def estimate_run_bytes(rows: int, n: int, world: int, per_iteration_rows: int, d: int) -> int:
