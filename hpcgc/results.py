@@ -88,7 +88,6 @@ def guarded(method):
     return wrapper
 
 
-
 def estimate_run_bytes(rows: int, n: int, world: int, per_iteration_rows: int, d: int) -> int:
     """An upper estimate of one run's size in the file: series (chunks of 256 rows), per-iteration
     timings, tables, the final iterate and attributes."""
