@@ -87,6 +87,10 @@ def expit(t) -> np.ndarray:
     if numba_config.USING_SVML:
         from scipy.special import expit as scipy_expit
         return scipy_expit(t)
+    if type(t) is np.ndarray and t.dtype.char == "d" and t.ndim == 1 and t.flags.c_contiguous:
+        out = np.empty(t.shape[0])                  # the gradient's case: no conversions, no reshapes
+        _expit_into(t, out)
+        return out
     t = np.ascontiguousarray(t, dtype=np.float64)
     out = np.empty_like(t)
     _expit_into(t.reshape(-1), out.reshape(-1))
@@ -110,6 +114,8 @@ class Objective:
         self.l2 = float(l2)
         self.l1 = float(l1)
         self.d = self.A.shape[1]
+        # logreg's full gradient Aᵀ(−w∘y∘σ(−y∘Ax)): −y and −w∘y formed once (same bits as per call)
+        self._neg_y, self._neg_wy = -self.y, -self.w * self.y
 
     # -- values and derivatives --------------------------------------------------------------
     def loss(self, x) -> float:
@@ -138,7 +144,9 @@ class Objective:
 
     def grad(self, x, rows=None):
         """∇f(x); with `rows`, the unbiased mini-batch estimate using those rows only."""
-        if rows is None:
+        if rows is None and self.kind == "logreg":
+            g = self.A.T @ (self._neg_wy * expit(self._neg_y * (self.A @ x)))
+        elif rows is None:
             g = self.A.T @ self._dloss(self.A @ x, self.y, self.w)
         else:
             A = self.A[rows]

@@ -86,9 +86,7 @@ class BucketDither(Compressor):
         return self._float_bits * m + d * self._width
 
     def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
-        d = x.shape[0]
-        b = self.bucket_size(d)
-        m, body = self._body_bytes(d)
+        m, body, b = self._layout(x.shape[0])
         payload, scales, offset = self._compress_blocks(x, b, m, body, "bucket")
         self._pack(x, b, scales, self.s, self._width, seed, payload, offset)
         return payload
