@@ -10,7 +10,7 @@ outside every timer).
 """
 from __future__ import annotations
 
-from ..exchange.base import DIVERGED, STOP
+from ..exchange.base import CONTINUE, DIVERGED, STOP
 from ..transport import wtime
 
 
@@ -39,3 +39,25 @@ def iterate(alg, ex, ws, ss, x, local, rng, *, iterations: int, eval_every: int,
         if k % eval_every == 0 or k == iterations or control == STOP:
             stop = watch.evaluate(k) or control == STOP
     return k, False
+
+
+def warm_up(alg, ex, ws, ss, x, local, rng, state) -> None:
+    """One iteration before the timed loop, undone (``run.warm_up``): ``state`` (a
+    :class:`~hpcgc.run.checkpoint.RunState`) is captured, the iteration runs — gradient, message,
+    the run's collectives at their real sizes, the server step — untimed and unrecorded, and the
+    state is restored, so the timed loop starts from the same iterate, shifts, random streams and
+    ledgers. What it takes out of iteration 1: MPI's connection set-up between the ranks that
+    exchange (0.1–4 s on TCP links: ``docs/breakeven.md``), the first touch of the receive
+    buffers, lazy one-time initialisation. The stop rules and budgets do not see it."""
+    blob = state.capture(0, 0)
+    on_step = getattr(ex, "on_step", None)
+    if on_step is not None:
+        ex.on_step = lambda: CONTINUE          # no bit accounting, no budget check
+    try:
+        if ws is not None:
+            alg.worker_compute(ws, x, local, rng)
+        ex.exchange(ex.encode(ws), ss)
+    finally:
+        if on_step is not None:
+            ex.on_step = on_step
+    state.restore(blob)

@@ -17,7 +17,7 @@ from ..exchange.base import CONTINUE
 from ..problems import BINARY_KINDS
 from ..transport import LENGTH_BYTES, PHASES, Transport
 from .checkpoint import Checkpointer, Policy, RunState
-from .loop import iterate
+from .loop import iterate, warm_up
 from .observers import (
     Budgets,
     Clock,
@@ -287,6 +287,8 @@ class Run:
         else:
             watch = Watch(t, clock, ledger, lambda: self._metrics(ex.iterate(), x0_dist), observers,
                           checkpoint=saver, evals=evals)
+        if r["warm_up"]:
+            warm_up(alg, ex, ws, ss, x, s.local, self.rng, state)
         done, blew_up = iterate(alg, ex, ws, ss, x, s.local, self.rng, iterations=r["iterations"],
                                 eval_every=r["eval_every"], watch=watch, start=start)
         self.checkpoint_cost = saver.cost
