@@ -140,7 +140,8 @@ def test_qsgd_decode_rejects_what_it_rejected(spec):
 
 
 @pytest.mark.parametrize("spec", ["qsgd:s=2", "qsgd:s=4,bucket=8", "qsgd:s=3,code=elias", "randk:k=6",
-                                  "topk:k=5", "quant:p=inf,block=8", "natural", "threshold:lam=0.5"])
+                                  "topk:k=5", "quant:p=inf,block=8", "terngrad", "natural", "threshold:lam=0.5",
+                                  "identity", "identity:fp64=true", "sign", "scaled-sign", "bernoulli:p=0.5"])
 def test_decoded_model_bits_is_model_bits(spec):
     c = compressors.make(spec)
     g = np.random.default_rng(2)
@@ -151,7 +152,8 @@ def test_decoded_model_bits_is_model_bits(spec):
             c.decompress(p, d)
             assert c.decoded_model_bits(p, d) == c.model_bits(p, d), (spec, d)
     # the lookup is taken only where the formula is a function of d and the length alone
-    assert c.BITS_BY_LENGTH == (spec in ("qsgd:s=2", "qsgd:s=4,bucket=8"))
+    assert c.BITS_BY_LENGTH == (spec in ("qsgd:s=2", "qsgd:s=4,bucket=8", "quant:p=inf,block=8", "terngrad",
+                                         "identity", "identity:fp64=true", "sign", "scaled-sign", "bernoulli:p=0.5"))
 
 
 @pytest.mark.parametrize("momentum,alpha,l1", [(0.0, None, 0.0), (0.5, 0.3, 0.01)])

@@ -52,6 +52,7 @@ class Bernoulli(Compressor):
         FP64_PARAM,
     )
     FORMAT_ID = 12
+    BITS_BY_LENGTH = True          # model bits: a function of d and the payload's length
     unbiased = True
 
     def _init(self) -> None:

@@ -54,6 +54,7 @@ class Identity(Compressor):
     description = "no compression: send x as float32 (fp64=true: float64); omega = 0; bits F*d"
     PARAMS = (FP64_PARAM,)
     FORMAT_ID = 1
+    BITS_BY_LENGTH = True          # model bits: a function of d and the payload's length
     unbiased = True
     collectives = ("gather", "allreduce", "allgather")
 

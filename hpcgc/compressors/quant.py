@@ -185,6 +185,7 @@ class Quant(Compressor):
         FP64_PARAM,
     )
     FORMAT_ID = 3
+    BITS_BY_LENGTH = True          # model bits: a function of d and the payload's length
     unbiased = True
 
     def _init(self) -> None:

@@ -111,6 +111,7 @@ class Sign(DecodeInto, Compressor):
                    "no delta); bits d")
     PARAMS = ()
     FORMAT_ID = 7
+    BITS_BY_LENGTH = True          # model bits: a function of d and the payload's length
     unbiased = False
 
     def omega(self, d: int) -> None:
