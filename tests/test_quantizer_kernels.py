@@ -123,7 +123,7 @@ def test_ternary_at_boundaries():
 
 def test_natural_dither_levels_at_boundaries():
     rng = np.random.default_rng(5)
-    for s in (1, 3, 8, 20):
+    for s in (1, 3, 8, 20, 62):
         n = 3008
         u = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
         low = 2.0 ** (s - 1) * TWO32
@@ -134,6 +134,13 @@ def test_natural_dither_levels_at_boundaries():
         mant = np.clip(mant, 0, 2**52 - 1)                          # u·2^20 + 2^19 ≤ M, ±1
         r = np.ldexp(1.0 + mant / 2.0**52, rng.integers(1 - s, 1, k))   # levels 2^{1−s} … 1
         x[k:2 * k] = np.where(rng.random(k) < 0.5, -r, r)
+        # the edges of the two cases, each with u = 0, 2^31 and 2^32 − 1: y = fl(r·2^{s+31} + 0.5)
+        # rounds up to 1 (tie to even) and to 2^32 + 1/2; the smallest level and the top; zero,
+        # subnormal and smallest normal r; r just above 1
+        special = [(1 - 2.0**-53) * 2.0**(-s - 32), np.nextafter(2.0**(1 - s), 0.0), 2.0**(1 - s), 2.0**-s,
+                   0.0, 5e-324, 2.0**-1022, 1.0, np.nextafter(1.0, 0.0), 1.0 + 2.0**-52, 2.0**(-s - 32)]
+        for i, (val, uu) in enumerate((a, b) for a in special for b in (0, 2**31, 2**32 - 1)):
+            x[n - 1 - i], u[n - 1 - i] = val, uu
         got = _rule(x, u, 1.0, s, NDITHER_KIND)
         for q in range(n):
             r = abs(x[q])
