@@ -405,10 +405,14 @@ def _natural_dither_fields(builder, v, u, inv, s):
         return simd.splat_sub(builder, x, ft)
 
     r = builder.fmul(simd.vector_call(builder, "llvm.fabs", v), splat(inv))
-    g = builder.fadd(builder.fmul(r, splat(pow2(builder.add(s, ir.Constant(i64, 51))))),
-                     simd.splat_i(builder, ft, 2.0**19))
-    t = builder.fadd(simd.vector_call(builder, "llvm.floor", g), simd.splat_i(builder, ft, 2.0**52 - 2.0**19))
-    t = builder.fmul(t, splat(pow2(builder.sub(ir.Constant(i64, -52), s))))
+    # r·2^{s+51} + 2^19 and (⌊G⌋ + 2^52 − 2^19)·2^{−52−s} as ⌊G⌋·2^{−52−s} + (2^52 − 2^19)·2^{−52−s}:
+    # the products are exact, so fused (one FMA) or not, the one rounding is the same
+    g = simd.vector_call(builder, "llvm.fmuladd", r, splat(pow2(builder.add(s, ir.Constant(i64, 51)))),
+                         simd.splat_i(builder, ft, 2.0**19))
+    down = pow2(builder.sub(ir.Constant(i64, -52), s))
+    t = simd.vector_call(builder, "llvm.floor", g)
+    t = simd.vector_call(builder, "llvm.fmuladd", t, splat(down),
+                         splat(builder.fmul(ir.Constant(f64, 2.0**52 - 2.0**19), down)))
     small = builder.fcmp_ordered("<", r, splat(pow2(builder.sub(ir.Constant(i64, 1), s))))
     t = builder.select(small, t, r)
     words = builder.bitcast(t, ir.VectorType(ir.IntType(32), 2 * n))
@@ -416,14 +420,15 @@ def _natural_dither_fields(builder, v, u, inv, s):
     lo = builder.shuffle_vector(words, undef, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(0, 2 * n, 2))))
     hi = builder.shuffle_vector(words, undef, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(1, 2 * n, 2))))
     s32 = builder.trunc(s, ir.IntType(32))
-    es = builder.sub(builder.lshr(hi, simd.splat_i(builder, it, 20)),          # e + s (t ≥ 0)
-                     simd.splat_sub(builder, builder.sub(ir.Constant(ir.IntType(32), 1023), s32), it))
-    uh = builder.lshr(u, simd.splat_i(builder, it, 12))
-    ul = builder.or_(builder.shl(u, simd.splat_i(builder, it, 20)), simd.splat_i(builder, it, 1 << 19))
+    es1 = builder.sub(builder.lshr(hi, simd.splat_i(builder, it, 20)),         # e + s + 1 (t ≥ 0)
+                      simd.splat_sub(builder, builder.sub(ir.Constant(ir.IntType(32), 1022), s32), it))
+    # u·2^20 + 2^19 ≤ M_t ⇔ D = (M_t's top 20 bits − u >> 12) − borrow ≥ 0, borrow = [lo < u << 20 | 2^19]
+    # = [lo ≤ u << 20 | (2^19 − 1)] (the low words' subtraction); level = e + s + 1 + (D >> 31)
+    ulm = builder.or_(builder.shl(u, simd.splat_i(builder, it, 20)), simd.splat_i(builder, it, (1 << 19) - 1))
     mh = builder.and_(hi, simd.splat_i(builder, it, (1 << 20) - 1))
-    up = builder.or_(builder.icmp_unsigned("<", uh, mh),
-                     builder.and_(builder.icmp_unsigned("==", uh, mh), builder.icmp_unsigned("<=", ul, lo)))
-    lev = builder.add(es, builder.zext(up, it))
+    dd = builder.add(builder.sub(mh, builder.lshr(u, simd.splat_i(builder, it, 12))),
+                     builder.sext(builder.icmp_unsigned("<=", lo, ulm), it))
+    lev = builder.add(es1, builder.ashr(dd, simd.splat_i(builder, it, 31)))
     sv = simd.splat_sub(builder, s32, it)
     lev = builder.select(builder.icmp_signed("<", lev, sv), lev, sv)   # r = 1 (or above) stays at the top
     neg = builder.fcmp_ordered("<", v, simd.splat_i(builder, ft, 0.0))
