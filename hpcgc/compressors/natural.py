@@ -388,12 +388,19 @@ def _natural_dither_fields(builder, v, u, inv, s):
     With G = 2^20·y = fl(r·2^{s+51} + 2^19) (the same rounding, scaled), u + 1 ≤ y ⇔
     (u + 1)·2^20 ≤ ⌊G⌋ ⇔ u·2^20 + 2^19 ≤ ⌊G⌋ − 2^19 =: M_t, and
     t = (⌊G⌋ + 2^52 − 2^19)·2^{−52−s} has exactly that mantissa (every step exact: ⌊G⌋ ≤
-    2^52 + 2^19, and r·2^{s+51}, the sum and the power-of-two scaling are exact). When
-    y = 2^32 + 1/2 (the only y above 2^32) t is 2^{1−s} itself: level 1 + [u·2^20 + 2^19 ≤ 0] = 1,
-    as u + 1 ≤ y. So l = e_t + s + [u·2^20 + 2^19 ≤ M_t] for every lane (one integer compare, in
-    32-bit halves: u >> 12 against M_t's top 20 bits, u << 20 | 2^19 against its low word),
-    capped at s; the float path is a multiply, an add, a floor, an add, a multiply and a select
-    instead of a second compare (u → float64) and a select of levels."""
+    2^52 + 2^19, and r·2^{s+51}, the sum and the power-of-two scaling are exact; the two affine
+    steps are ``llvm.fmuladd``, the same rounding fused or not). When y = 2^32 + 1/2 (its largest
+    value) t is 2^{1−s} itself: level 1 + [u·2^20 + 2^19 ≤ 0] = 1, as u + 1 ≤ y. r is small
+    iff G < 2^52 + 2^19 (a constant: one register fewer), except the largest r below 2^{1−s},
+    whose G is 2^52 + 2^19 (a tie, to even): r itself then gives 0 + [u·2^20 + 2^19 ≤ 2^52 − 1]
+    = 1, as u + 1 ≤ y. So l = e_t + s + [u·2^20 + 2^19 ≤ M_t] for every lane, capped at s: no
+    u → float64 conversion, one compare and no select of levels.
+
+    The test in 32-bit lanes: with the high word of t, H = E·2^20 + (M_t's top 20 bits) (E its
+    biased exponent, ≥ 1; 12 bits with the sign, as before), D = (top bits − u >> 12) − borrow,
+    borrow = [lo < u << 20 | 2^19] = [lo ≤ u << 20 | (2^19 − 1)] (the low words' subtraction),
+    the test is D ≥ 0, and (H − u >> 12 − borrow) >> 20 = E − [D < 0] (|D| < 2^20): the level is
+    that shift minus 1022 − s, one unsigned compare, no equality test, no mask."""
     it, ft = u.type, v.type
     n = it.count
     f64, i64 = ir.DoubleType(), s.type
@@ -405,30 +412,26 @@ def _natural_dither_fields(builder, v, u, inv, s):
         return simd.splat_sub(builder, x, ft)
 
     r = builder.fmul(simd.vector_call(builder, "llvm.fabs", v), splat(inv))
-    # r·2^{s+51} + 2^19 and (⌊G⌋ + 2^52 − 2^19)·2^{−52−s} as ⌊G⌋·2^{−52−s} + (2^52 − 2^19)·2^{−52−s}:
-    # the products are exact, so fused (one FMA) or not, the one rounding is the same
+    # G = r·2^{s+51} + 2^19, t = ⌊G⌋·2^{−52−s} + (2^52 − 2^19)·2^{−52−s}: exact products, one rounding
     g = simd.vector_call(builder, "llvm.fmuladd", r, splat(pow2(builder.add(s, ir.Constant(i64, 51)))),
                          simd.splat_i(builder, ft, 2.0**19))
     down = pow2(builder.sub(ir.Constant(i64, -52), s))
     t = simd.vector_call(builder, "llvm.floor", g)
     t = simd.vector_call(builder, "llvm.fmuladd", t, splat(down),
                          splat(builder.fmul(ir.Constant(f64, 2.0**52 - 2.0**19), down)))
-    small = builder.fcmp_ordered("<", r, splat(pow2(builder.sub(ir.Constant(i64, 1), s))))
+    small = builder.fcmp_ordered("<", g, simd.splat_i(builder, ft, 2.0**52 + 2.0**19))
     t = builder.select(small, t, r)
     words = builder.bitcast(t, ir.VectorType(ir.IntType(32), 2 * n))
     undef = ir.Constant(words.type, ir.Undefined)
     lo = builder.shuffle_vector(words, undef, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(0, 2 * n, 2))))
     hi = builder.shuffle_vector(words, undef, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(1, 2 * n, 2))))
     s32 = builder.trunc(s, ir.IntType(32))
-    es1 = builder.sub(builder.lshr(hi, simd.splat_i(builder, it, 20)),         # e + s + 1 (t ≥ 0)
-                      simd.splat_sub(builder, builder.sub(ir.Constant(ir.IntType(32), 1022), s32), it))
-    # u·2^20 + 2^19 ≤ M_t ⇔ D = (M_t's top 20 bits − u >> 12) − borrow ≥ 0, borrow = [lo < u << 20 | 2^19]
-    # = [lo ≤ u << 20 | (2^19 − 1)] (the low words' subtraction); level = e + s + 1 + (D >> 31)
+    # (H − u >> 12 − borrow) >> 20 − (1022 − s) = e + s + [u·2^20 + 2^19 ≤ M_t] (see above)
     ulm = builder.or_(builder.shl(u, simd.splat_i(builder, it, 20)), simd.splat_i(builder, it, (1 << 19) - 1))
-    mh = builder.and_(hi, simd.splat_i(builder, it, (1 << 20) - 1))
-    dd = builder.add(builder.sub(mh, builder.lshr(u, simd.splat_i(builder, it, 12))),
+    hd = builder.add(builder.sub(hi, builder.lshr(u, simd.splat_i(builder, it, 12))),
                      builder.sext(builder.icmp_unsigned("<=", lo, ulm), it))
-    lev = builder.add(es1, builder.ashr(dd, simd.splat_i(builder, it, 31)))
+    lev = builder.sub(builder.lshr(hd, simd.splat_i(builder, it, 20)),
+                      simd.splat_sub(builder, builder.sub(ir.Constant(ir.IntType(32), 1022), s32), it))
     sv = simd.splat_sub(builder, s32, it)
     lev = builder.select(builder.icmp_signed("<", lev, sv), lev, sv)   # r = 1 (or above) stays at the top
     neg = builder.fcmp_ordered("<", v, simd.splat_i(builder, ft, 0.0))
