@@ -123,7 +123,7 @@ def test_ternary_at_boundaries():
 
 def test_natural_dither_levels_at_boundaries():
     rng = np.random.default_rng(5)
-    for s in (1, 3, 8, 20):
+    for s in (1, 3, 8, 20, 62):
         n = 3008
         u = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
         low = 2.0 ** (s - 1) * TWO32
@@ -134,6 +134,13 @@ def test_natural_dither_levels_at_boundaries():
         mant = np.clip(mant, 0, 2**52 - 1)                          # u·2^20 + 2^19 ≤ M, ±1
         r = np.ldexp(1.0 + mant / 2.0**52, rng.integers(1 - s, 1, k))   # levels 2^{1−s} … 1
         x[k:2 * k] = np.where(rng.random(k) < 0.5, -r, r)
+        # the edges of the two cases, each with u = 0, 2^31 and 2^32 − 1: y = fl(r·2^{s+31} + 0.5)
+        # rounds up to 1 (tie to even) and to 2^32 + 1/2; the smallest level and the top; zero,
+        # subnormal and smallest normal r; r just above 1
+        special = [(1 - 2.0**-53) * 2.0**(-s - 32), np.nextafter(2.0**(1 - s), 0.0), 2.0**(1 - s), 2.0**-s,
+                   0.0, 5e-324, 2.0**-1022, 1.0, np.nextafter(1.0, 0.0), 1.0 + 2.0**-52, 2.0**(-s - 32)]
+        for i, (val, uu) in enumerate((a, b) for a in special for b in (0, 2**31, 2**32 - 1)):
+            x[n - 1 - i], u[n - 1 - i] = val, uu
         got = _rule(x, u, 1.0, s, NDITHER_KIND)
         for q in range(n):
             r = abs(x[q])
@@ -162,3 +169,34 @@ def test_natural_rounding_bit_at_boundaries():
     want = expo + (u < mant * 2.0**-23)
     assert np.array_equal(lo, (want & 0xFF).astype(np.uint8))
     assert all(int(word_at(seed, j)) >> 11 == int(u[j] * 2**53) for j in range(0, n, 97))
+
+
+def _dither_sweep_input(d, dtype, s, g):
+    """Zeros, values below the smallest level (2^{1−s} of the scale), exact powers of two, both
+    signs, and the largest magnitudes the format takes (the scale itself)."""
+    big = 1e38                                   # the float32 scale's range
+    x = g.standard_normal(d) * np.ldexp(1.0, g.integers(-s - 40, 1, d))
+    x[::5] = 0.0
+    x[1::7] = np.ldexp(1.0, g.integers(-s - 3, 1, x[1::7].size)) * np.where(g.random(x[1::7].size) < 0.5, -1, 1)
+    x[2::11] *= 2.0 ** -(s + 1)
+    x[3] = big
+    x[min(4, d - 1)] = -big
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bucket", [0, 7, 64])
+def test_natural_dither_matches_reference_sweep(bucket, dtype):
+    """natural-dither's kernel against the numpy reference (``kernels.reference``: frexp and
+    float64 formulas of the rule, drawing the same uniforms) over s ∈ {1, 2, 3, 8, 16, 31, 62},
+    max-norm scales (bit-identical in both) and lengths that leave partial rows and chunks: every
+    decoded value equal."""
+    from hpcgc.compressors.kernels import reference
+    g = np.random.default_rng(bucket)
+    for s in (1, 2, 3, 8, 16, 31, 62):
+        for d in (5, 1000, 5000):
+            c = compressors.make(f"natural-dither:s={s},p=inf,bucket={bucket}")
+            x = _dither_sweep_input(d, dtype, s, g)
+            seed = np.random.default_rng(s).integers(0, 2**64, dtype=np.uint64)
+            y = c.decompress(c.compress(x, np.random.default_rng(s)), d)
+            np.testing.assert_array_equal(y, reference.math_output(c, x, seed), err_msg=f"s={s} d={d}")

@@ -375,33 +375,63 @@ def _natural_dither_param(builder, scale, s):
 def _natural_dither_fields(builder, v, u, inv, s):
     """IR of natural dithering's fields l << 1 | sign of SUB entries: r = |v|·inv ∈ [0, 1]
     rounded unbiasedly to the neighbouring levels of {0, 2^{1−s}, …, 1/2, 1}; level index l
-    (value 2^{l−s}, 0 for l = 0). With 2^e ≤ r < 2^{e+1} (e + s ≥ 1), l = e + s + [u < up],
-    up = round(f·2^32) = ⌊(M + 2^19)/2^20⌋ for the 52-bit mantissa M of r (f = M/2^52, ties up):
-    u < up ⇔ u·2^20 + 2^19 ≤ M, compared in 32-bit halves (high: u >> 12 against M's top 20
-    bits; low: u << 20 | 2^19 against M's low word). Below the smallest non-zero level
-    (e + s ≤ 0), l = [u < ⌊y⌋], y = r·2^{s−1}·2^32 + 0.5, i.e. u + 1 ≤ y in float64 (exact for the
-    integer u). u: uniform 32-bit integers (:func:`.kernels.prng.uniforms32`)."""
+    (value 2^{l−s}, 0 for l = 0). u: uniform 32-bit integers (:func:`.kernels.prng.uniforms32`).
+
+    The rule (the wire contract, unchanged since the integer kernels): with 2^e ≤ r < 2^{e+1}
+    and e + s ≥ 1, l = e + s + [u < up], up = ⌊(M + 2^19)/2^20⌋ for the 52-bit mantissa M of r
+    (P[up] = M/2^52 to 32 bits, ties up), i.e. l = e + s + [u·2^20 + 2^19 ≤ M]; below the smallest
+    non-zero level (r < 2^{1−s}), l = [u + 1 ≤ y] with y = fl(r·2^{s+31} + 0.5) (standard
+    dithering on [0, 2^{1−s}], P[1] = r·2^{s−1} to 32 bits).
+
+    Both cases run as the first: a small r is replaced by a surrogate t in the binade
+    [2^{−s}, 2^{1−s}) (so e + s = 0) whose mantissa M_t makes the same test give its level.
+    With G = 2^20·y = fl(r·2^{s+51} + 2^19) (the same rounding, scaled), u + 1 ≤ y ⇔
+    (u + 1)·2^20 ≤ ⌊G⌋ ⇔ u·2^20 + 2^19 ≤ ⌊G⌋ − 2^19 =: M_t, and
+    t = (⌊G⌋ + 2^52 − 2^19)·2^{−52−s} has exactly that mantissa (every step exact: ⌊G⌋ ≤
+    2^52 + 2^19, and r·2^{s+51}, the sum and the power-of-two scaling are exact; the two affine
+    steps are ``llvm.fmuladd``, the same rounding fused or not). When y = 2^32 + 1/2 (its largest
+    value) t is 2^{1−s} itself: level 1 + [u·2^20 + 2^19 ≤ 0] = 1, as u + 1 ≤ y. r is small
+    iff G < 2^52 + 2^19 (a constant: one register fewer), except the largest r below 2^{1−s},
+    whose G is 2^52 + 2^19 (a tie, to even): r itself then gives 0 + [u·2^20 + 2^19 ≤ 2^52 − 1]
+    = 1, as u + 1 ≤ y. So l = e_t + s + [u·2^20 + 2^19 ≤ M_t] for every lane, capped at s: no
+    u → float64 conversion, one compare and no select of levels.
+
+    The test in 32-bit lanes: with the high word of t, H = E·2^20 + (M_t's top 20 bits) (E its
+    biased exponent, ≥ 1; 12 bits with the sign, as before), D = (top bits − u >> 12) − borrow,
+    borrow = [lo < u << 20 | 2^19] = [lo ≤ u << 20 | (2^19 − 1)] (the low words' subtraction),
+    the test is D ≥ 0, and (H − u >> 12 − borrow) >> 20 = E − [D < 0] (|D| < 2^20): the level is
+    that shift minus 1022 − s, one unsigned compare, no equality test, no mask."""
     it, ft = u.type, v.type
-    i64v = ir.VectorType(ir.IntType(64), it.count)
-    r = builder.fmul(simd.vector_call(builder, "llvm.fabs", v), simd.splat_sub(builder, inv, ft))
-    bits = builder.bitcast(r, i64v)
-    lo = builder.trunc(bits, it)
-    hi = builder.trunc(builder.lshr(bits, simd.splat_i(builder, i64v, 32)), it)
+    n = it.count
+    f64, i64 = ir.DoubleType(), s.type
+
+    def pow2(expo):                      # 2^expo (an i64 value) as a double, from its exponent bits
+        return builder.bitcast(builder.shl(builder.add(expo, ir.Constant(i64, 1023)), ir.Constant(i64, 52)), f64)
+
+    def splat(x):
+        return simd.splat_sub(builder, x, ft)
+
+    r = builder.fmul(simd.vector_call(builder, "llvm.fabs", v), splat(inv))
+    # G = r·2^{s+51} + 2^19, t = ⌊G⌋·2^{−52−s} + (2^52 − 2^19)·2^{−52−s}: exact products, one rounding
+    g = simd.vector_call(builder, "llvm.fmuladd", r, splat(pow2(builder.add(s, ir.Constant(i64, 51)))),
+                         simd.splat_i(builder, ft, 2.0**19))
+    down = pow2(builder.sub(ir.Constant(i64, -52), s))
+    t = simd.vector_call(builder, "llvm.floor", g)
+    t = simd.vector_call(builder, "llvm.fmuladd", t, splat(down),
+                         splat(builder.fmul(ir.Constant(f64, 2.0**52 - 2.0**19), down)))
+    small = builder.fcmp_ordered("<", g, simd.splat_i(builder, ft, 2.0**52 + 2.0**19))
+    t = builder.select(small, t, r)
+    words = builder.bitcast(t, ir.VectorType(ir.IntType(32), 2 * n))
+    undef = ir.Constant(words.type, ir.Undefined)
+    lo = builder.shuffle_vector(words, undef, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(0, 2 * n, 2))))
+    hi = builder.shuffle_vector(words, undef, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(1, 2 * n, 2))))
     s32 = builder.trunc(s, ir.IntType(32))
-    es = builder.sub(builder.lshr(hi, simd.splat_i(builder, it, 20)),          # e + s (r ≥ 0)
-                     simd.splat_sub(builder, builder.sub(ir.Constant(ir.IntType(32), 1023), s32), it))
-    uh = builder.lshr(u, simd.splat_i(builder, it, 12))
-    ul = builder.or_(builder.shl(u, simd.splat_i(builder, it, 20)), simd.splat_i(builder, it, 1 << 19))
-    mh = builder.and_(hi, simd.splat_i(builder, it, (1 << 20) - 1))
-    up = builder.or_(builder.icmp_unsigned("<", uh, mh),
-                     builder.and_(builder.icmp_unsigned("==", uh, mh), builder.icmp_unsigned("<=", ul, lo)))
-    # low = 2^{s−1}·2^32, built from its exponent bits (exact, as 2.0 ** (s − 1) * TWO32)
-    low_bits = builder.shl(builder.add(s, ir.Constant(s.type, 1023 + 31)), ir.Constant(s.type, 52))
-    low = builder.bitcast(low_bits, ir.DoubleType())
-    y = builder.fadd(builder.fmul(r, simd.splat_sub(builder, low, ft)), simd.splat_i(builder, ft, 0.5))
-    small = builder.fcmp_ordered("<=", builder.fadd(builder.uitofp(u, ft), simd.splat_i(builder, ft, 1.0)), y)
-    lev = builder.select(builder.icmp_signed(">=", es, simd.splat_i(builder, it, 1)),
-                         builder.add(es, builder.zext(up, it)), builder.zext(small, it))
+    # (H − u >> 12 − borrow) >> 20 − (1022 − s) = e + s + [u·2^20 + 2^19 ≤ M_t] (see above)
+    ulm = builder.or_(builder.shl(u, simd.splat_i(builder, it, 20)), simd.splat_i(builder, it, (1 << 19) - 1))
+    hd = builder.add(builder.sub(hi, builder.lshr(u, simd.splat_i(builder, it, 12))),
+                     builder.sext(builder.icmp_unsigned("<=", lo, ulm), it))
+    lev = builder.sub(builder.lshr(hd, simd.splat_i(builder, it, 20)),
+                      simd.splat_sub(builder, builder.sub(ir.Constant(ir.IntType(32), 1022), s32), it))
     sv = simd.splat_sub(builder, s32, it)
     lev = builder.select(builder.icmp_signed("<", lev, sv), lev, sv)   # r = 1 (or above) stays at the top
     neg = builder.fcmp_ordered("<", v, simd.splat_i(builder, ft, 0.0))

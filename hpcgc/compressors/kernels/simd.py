@@ -278,13 +278,13 @@ def splat_sub(builder, value, vtype):
                                   ir.Constant(ir.VectorType(_I32, vtype.count), None))
 
 
-def vector_call(builder, name, v):
-    """IR: the overloaded unary LLVM intrinsic ``name`` (``llvm.floor``, ``llvm.fabs``) on ``v``, a
-    vector of doubles or floats."""
+def vector_call(builder, name, v, *more):
+    """IR: the overloaded LLVM intrinsic ``name`` (``llvm.floor``, ``llvm.fabs``; with ``more``
+    operands of the same type, e.g. ``llvm.fmuladd``) on ``v``, a vector of doubles or floats."""
     vt = v.type
     suffix = f"v{vt.count}f64" if vt.element == ir.DoubleType() else f"v{vt.count}f32"
-    fn = builder.module.declare_intrinsic(f"{name}.{suffix}", (), ir.FunctionType(vt, [vt]))
-    return builder.call(fn, [v])
+    fn = builder.module.declare_intrinsic(f"{name}.{suffix}", (), ir.FunctionType(vt, [vt] * (1 + len(more))))
+    return builder.call(fn, [v, *more])
 
 
 def _check_x(x):
