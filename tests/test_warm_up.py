@@ -8,8 +8,22 @@ import numpy as np
 
 from tests.conftest import run_mpi, show
 
-EXPERIMENT = '''
-name = "warm-up"
+VARIANTS = [   # (algorithm, compressor, other run keys): every exchange path and algorithm family
+    ("diana", "qsgd:s=2", {}),
+    ("ef21", "topk:k=5", {"collective": "allgather"}),
+    ("ef21", "topk:k=5", {"downlink": "qsgd:s=8"}),
+    ("ef", "topk:k=5", {}),
+    ("marina", "randk:k=4", {}),
+    ("vr-diana", "randk:k=4", {"batch": 16}),
+    ("adiana", "natural", {"collective": "allgather"}),
+    ("diana", "randk:k=6,shared_seed=true", {"collective": "allreduce"}),
+    ("dcgd", "identity", {"collective": "allreduce"}),
+    ("diana", "quant:p=inf,block=8", {"server": "dedicated"}),
+]
+
+
+def _experiment(warm_up: bool) -> str:
+    head = f"""name = "warm-up"
 [data]
 dataset = "breast-cancer"
 [problem]
@@ -19,45 +33,12 @@ l2 = 1e-2
 iterations = 40
 eval_every = 4
 seed = 3
-{extra}
-[[variant]]
-run.algorithm = "diana"
-run.compressor = "qsgd:s=2"
-[[variant]]
-run.algorithm = "ef21"
-run.compressor = "topk:k=5"
-run.collective = "allgather"
-[[variant]]
-run.algorithm = "ef21"
-run.compressor = "topk:k=5"
-run.downlink = "qsgd:s=8"
-[[variant]]
-run.algorithm = "ef"
-run.compressor = "topk:k=5"
-[[variant]]
-run.algorithm = "marina"
-run.compressor = "randk:k=4"
-[[variant]]
-run.algorithm = "vr-diana"
-run.compressor = "randk:k=4"
-run.batch = 16
-[[variant]]
-run.algorithm = "adiana"
-run.compressor = "natural"
-run.collective = "allgather"
-[[variant]]
-run.algorithm = "diana"
-run.compressor = "randk:k=6,shared_seed=true"
-run.collective = "allreduce"
-[[variant]]
-run.algorithm = "dcgd"
-run.compressor = "identity"
-run.collective = "allreduce"
-[[variant]]
-run.algorithm = "diana"
-run.compressor = "quant:p=inf,block=8"
-run.server = "dedicated"
-'''
+warm_up = {str(warm_up).lower()}
+"""
+    variants = [f'[[variant]]\nrun.algorithm = "{a}"\nrun.compressor = "{c}"\n'
+                + "".join(f"run.{k} = {v!r}\n".replace("'", '"') for k, v in extra.items())
+                for a, c, extra in VARIANTS]
+    return head + "".join(variants)
 
 
 def _datasets(path):
@@ -75,13 +56,13 @@ def test_warm_up_changes_no_recorded_value(tmp_path):
     files = {}
     for flag in ("true", "false"):
         cfg = tmp_path / f"warm-{flag}.toml"
-        cfg.write_text(EXPERIMENT.format(extra=f"warm_up = {flag}"))
+        cfg.write_text(_experiment(flag == "true"))
         files[flag] = tmp_path / f"warm-{flag}.h5"
         p = run_mpi(3, ["-m", "hpcgc.bench", "--config", str(cfg), "-q", "-o", str(files[flag])], timeout=600)
         assert p.returncode == 0, show(p)
     on, off = _datasets(files["true"]), _datasets(files["false"])
-    assert on.keys() == off.keys() and len({k.split("/")[1] for k in on}) == 10
+    assert on.keys() == off.keys() and len({k.split("/")[1] for k in on}) == len(VARIANTS)
     differ = [k for k in on if not (on[k].shape == off[k].shape and np.array_equal(on[k], off[k], equal_nan=True))]
     assert not differ, differ
-    with h5py.File(files["true"], "r") as f:        # the runs moved: the comparison is not of 10 idle runs
+    with h5py.File(files["true"], "r") as f:        # the runs moved: the comparison is not of idle runs
         assert all(f["runs"][r]["iteration"][-1] == 40 and np.ptp(f["runs"][r]["loss"][()]) > 0 for r in f["runs"])
