@@ -179,19 +179,19 @@ class ResultsWriter:
         releasing the file's objects afterwards crashes the process (HDF5 1.14, h5py 3.16) —, so a
         full disk must be seen before HDF5 writes; a disk another process fills during the write
         is the case left."""
-        needed = int(nbytes) + METADATA_MARGIN
-        free = shutil.disk_usage(self.partial.parent).free
-        if free < needed:
-            raise OSError(errno.ENOSPC, f"not enough free space: about {needed / 1e6:.3g} MB needed, "
-                                        f"{free / 1e6:.3g} MB free")
+        short = self._shortage(int(nbytes) + METADATA_MARGIN)
+        if short:
+            raise OSError(errno.ENOSPC, f"not enough free space: {short}")
 
     def free_space_error(self, run_id: str, needed: int):
         """A WriteFailed if the file system holding the file has less than ``needed`` bytes free."""
+        short = self._shortage(needed)
+        return WriteFailed(f"not enough free space for run {run_id} in {self.partial.parent}: {short}") if short else None
+
+    def _shortage(self, needed: int) -> str | None:
+        """'about X MB needed, Y MB free' if the file's file system has less than ``needed`` bytes free."""
         free = shutil.disk_usage(self.partial.parent).free
-        if free < needed:
-            return WriteFailed(f"not enough free space for run {run_id} in {self.partial.parent}: about "
-                               f"{needed / 1e6:.3g} MB needed, {free / 1e6:.3g} MB free")
-        return None
+        return f"about {needed / 1e6:.3g} MB needed, {free / 1e6:.3g} MB free" if free < needed else None
 
     @guarded
     def begin_run(self, run_id: str, attrs: dict, n_workers: int, world_size: int) -> RunWriter:
@@ -287,14 +287,13 @@ class RunWriter:
         for k, v in attrs.items():
             self.g.attrs[k] = _attr(v)
 
+    @guarded
     def append(self, row: dict):
         """One evaluation point: scalars, per-worker vectors, ``time`` → (world, phases) array and
         ``mpi_bytes`` → (world, collectives) array (the transport's cumulative sender ledger).
         Rows are kept in memory and written to the file together (:meth:`write_rows`) at the
         periodic flush (every ``FLUSH_SECONDS``), a checkpoint, the run's end or the file's close:
         one resize and one slice write per series instead of 28 small writes per row."""
-        if self.parent.error is not None:
-            return
         # a snapshot: the caller's arrays (the ledger's cumulative bits, gathered timers) change in place
         self.pending.append({k: v.copy() if isinstance(v, np.ndarray) else v for k, v in row.items()})
         self.rows += 1
