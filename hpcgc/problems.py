@@ -114,8 +114,6 @@ class Objective:
         self.l2 = float(l2)
         self.l1 = float(l1)
         self.d = self.A.shape[1]
-        # logreg's full gradient Aᵀ(−w∘y∘σ(−y∘Ax)): −y and −w∘y formed once (same bits as per call)
-        self._neg_y, self._neg_wy = -self.y, -self.w * self.y
 
     # -- values and derivatives --------------------------------------------------------------
     def loss(self, x) -> float:
@@ -144,9 +142,7 @@ class Objective:
 
     def grad(self, x, rows=None):
         """∇f(x); with `rows`, the unbiased mini-batch estimate using those rows only."""
-        if rows is None and self.kind == "logreg":
-            g = self.A.T @ (self._neg_wy * expit(self._neg_y * (self.A @ x)))
-        elif rows is None:
+        if rows is None:
             g = self.A.T @ self._dloss(self.A @ x, self.y, self.w)
         else:
             A = self.A[rows]
