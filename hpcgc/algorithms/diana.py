@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..problems import prox_l1
 from .base import LEARNING_RATE, NO_CONSTANT, SMOOTH, STRONGLY_CONVEX, Algorithm, learning_rate
+from .kernels import shifted_step
 
 
 @dataclass
@@ -159,7 +160,6 @@ class Diana(Algorithm):
         if refusal is not None:
             raise ConfigError(refusal)
         self.mult = float(mult)
-        self._scaled = np.empty(d)      # scratch of _step: γ·v and α·m without a d-sized temporary each
         self.constants = {"L_max": problem_info["L_max"], "L": problem_info.get("L"),
                           "mu": float(problem_info.get("mu") or 0.0), "omega": self.omega, "n": self.independent,
                           "alpha": self.alpha if self.learns_shifts else 1.0 / (1.0 + self.omega),
@@ -232,21 +232,10 @@ class Diana(Algorithm):
         return self._step(state)
 
     def _step(self, state: ServerState) -> np.ndarray:
-        # v = β v + (h + m);  x = prox(x − γ v);  h += α m
-        if self.beta:
-            state.v *= self.beta
-            state.v += state.h
-            state.v += state.m
-            step = state.v
-        else:
-            np.add(state.h, state.m, out=state.v)
-            step = state.v
-        scaled = self._scaled
-        state.x -= np.multiply(step, self.gamma, out=scaled)
+        # v = β v + (h + m);  x = prox(x − γ v);  h += α m  (one kernel pass, the prox after it)
+        shifted_step(state.x, state.h, state.v, state.m, self.gamma, self.alpha, self.beta)
         if self.l1:
             prox_l1(state.x, self.gamma * self.l1)
-        if self.alpha:
-            state.h += np.multiply(state.m, self.alpha, out=scaled)
         return state.x
 
     def describe(self) -> dict:

@@ -47,6 +47,7 @@ from .. import smoothness
 from ..errors import ConfigError, PayloadError
 from ..problems import prox_l1
 from .base import Algorithm
+from .kernels import shifted_step
 
 SETUP_MAGIC = b"SM+1"
 _HEAD = np.dtype([("magic", "S4"), ("kind", "u1"), ("pad", "u1", 3), ("d", "<u4"), ("n_matrix", "<u4"),
@@ -281,18 +282,10 @@ class DianaPlus(Algorithm):
         messages = list(messages)
         m, bits = self.aggregate(messages)
         self._bits = {i: (payload, bits[i]) for i, payload in messages}
-        # v = β v + (h + m);  x = prox(x − γ v);  h += α m
-        if self.beta:
-            state.v *= self.beta
-            state.v += state.h
-            state.v += m
-        else:
-            np.add(state.h, m, out=state.v)
-        state.x -= self.gamma * state.v
+        # v = β v + (h + m);  x = prox(x − γ v);  h += α m  (DIANA's step kernel)
+        shifted_step(state.x, state.h, state.v, m, self.gamma, self.alpha, self.beta)
         if self.l1:
             prox_l1(state.x, self.gamma * self.l1)
-        if self.alpha:
-            state.h += self.alpha * m
         return state.x
 
     def model_bits(self, i: int, payload) -> float:

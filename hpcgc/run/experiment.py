@@ -17,7 +17,7 @@ from .signals import REQUEST, Interrupted
 
 
 def warm_jit(specs, transport: Transport, sizes=()):
-    """Load every compressor's kernels (and the objective's: ``expit``, the sparse gradient) from numba's cache on every
+    """Load every compressor's kernels (and those of the objectives and the server steps: ``expit``, the sparse gradient, DIANA's step) from numba's cache on every
     rank at once; only if some rank misses one, compile on rank 0 first and then load on the others
     (RankOrderedJIT).
 
@@ -26,6 +26,7 @@ def warm_jit(specs, transport: Transport, sizes=()):
     threshold for d >= 2**16, a k that does not fit in 64), and a kernel first met inside a run's
     iteration would put its compilation or cache load into that iteration's time."""
     from ..compressors.kernels._numba_cache import WouldCompile, cache_only, init_target
+    from ..algorithms.kernels import warm as warm_steps
     from ..losses import warm as warm_losses
     from ..problems import expit
 
@@ -46,6 +47,7 @@ def warm_jit(specs, transport: Transport, sizes=()):
     def warm():
         expit(np.zeros(1))
         warm_losses()
+        warm_steps()
         rng = np.random.default_rng(0)
         for spec in specs:
             exercise(compressors.make(spec), 64, rng)
