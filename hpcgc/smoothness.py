@@ -21,6 +21,7 @@ A requested dense factor that would need more than :data:`DENSE_MEMORY_LIMIT` by
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,8 +126,10 @@ class SmoothnessFactor:
             out[~self.active] = 0.0
         return out
 
-    @property
+    @functools.cached_property
     def all_active(self) -> bool:
+        """Every coordinate active (``active`` is fixed once the factor is built): tested once, not
+        on every whitening."""
         return bool(self.active.all())
 
 

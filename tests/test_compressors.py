@@ -1485,3 +1485,16 @@ def test_fused_row_decoders_match_the_math(spec, d):
     out = np.full(d, 2.0)
     c.decompress_add(p, d, out, -0.5)
     np.testing.assert_allclose(out, 2.0 - 0.5 * y, rtol=0, atol=1e-12 * np.abs(y).max())
+
+
+def test_scalar_float32_round_up_is_the_array_rounding():
+    """compressors.base.round_up_float32 (one scale: the block compressors' fast path) gives
+    exactly wire.round_up_to_float32's values, over the float64 range and its edge cases."""
+    from hpcgc.compressors.base import round_up_float32
+    from hpcgc.compressors.kernels import wire
+    rng = np.random.default_rng(0)
+    v = np.abs(np.concatenate([rng.standard_normal(20000) * 10.0 ** rng.uniform(-320, 308, 20000),
+                               [0.0, np.inf, np.nan, 3.4028235e38, 3.4028236e38, 3.5e38, 1e-46, 5e-324]]))
+    with np.errstate(over="ignore"):
+        want = wire.round_up_to_float32(v)
+    assert np.array_equal(np.array([round_up_float32(float(a)) for a in v]), want, equal_nan=True)

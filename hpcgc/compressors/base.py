@@ -475,7 +475,11 @@ class Compressor(ABC):
 
     def _scales_for_wire(self, norms: np.ndarray) -> np.ndarray:
         """Scales as they will be sent (float32 rounded up, or float64), as float64 for the kernels."""
-        return norms if self._fp64 else wire.round_up_to_float32(norms)
+        if self._fp64:
+            return norms
+        if norms.shape[0] == 1:          # one scale: the scalar rounding, without four numpy calls
+            return np.array([round_up_float32(float(norms[0]))])
+        return wire.round_up_to_float32(norms)
 
     def _write_scales(self, payload: np.ndarray, scales: np.ndarray) -> None:
         n = scales.shape[0] * self._scale_bytes
