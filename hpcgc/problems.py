@@ -37,6 +37,7 @@ from numba import njit
 
 from .errors import ConfigError
 from .losses import CODES, csr_grad, unsigned
+from .losses import warm as warm_losses
 from .matrix import issparse
 
 CONVEX_KINDS = ("logreg", "ridge")
@@ -115,6 +116,12 @@ class Objective:
         self.l2 = float(l2)
         self.l1 = float(l1)
         self.d = self.A.shape[1]
+
+    @property
+    def kernels(self) -> tuple:
+        """Warm-up functions of the numba kernels :meth:`grad` calls (``warm_jit``): the sparse
+        gradient's for a CSR shard."""
+        return (warm_losses,) if issparse(self.A) else ()
 
     # -- values and derivatives --------------------------------------------------------------
     def loss(self, x) -> float:

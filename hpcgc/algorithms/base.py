@@ -145,6 +145,9 @@ class Algorithm:
     """True when ``server_step`` updates its state's ``x`` in place and returns that array: an exchange
     may then put ``state.x`` in its own broadcast buffer (``gather``), so that the step writes the
     iterate where the broadcast reads it, with no copy per iteration."""
+    kernels: tuple = ()
+    """Warm-up functions of the numba kernels the algorithm's steps call (e.g.
+    :func:`hpcgc.algorithms.kernels.warm`), run before the timed loop (``warm_jit``)."""
     downlink_ok = False
     """True for methods whose workers only read the broadcast model, so that the parameter server can
     compress its broadcast with EF21-P (``run.downlink``, :mod:`hpcgc.exchange.downlink`): the

@@ -46,6 +46,7 @@ import numpy as np
 from .. import smoothness
 from ..errors import ConfigError, PayloadError
 from ..problems import prox_l1
+from . import kernels as step_kernels
 from .base import Algorithm
 from .kernels import shifted_step
 
@@ -102,6 +103,7 @@ class DianaPlus(Algorithm):
     """DIANA+ (Wang, Safaryan, Richtárik 2022, Algorithm 2): DIANA with C_i⁺ = S_i Q_i(S_i^- ·)."""
 
     name = "diana+"
+    kernels = (step_kernels.warm,)
     method = "diana"
     learns_shifts = True
     needs_unbiased = True

@@ -16,18 +16,16 @@ from .setup import DataCache, plan
 from .signals import REQUEST, Interrupted
 
 
-def warm_jit(specs, transport: Transport, sizes=()):
-    """Load every compressor's kernels (and those of the objectives and the server steps: ``expit``, the sparse gradient, DIANA's step) from numba's cache on every
-    rank at once; only if some rank misses one, compile on rank 0 first and then load on the others
-    (RankOrderedJIT).
+def warm_jit(specs, transport: Transport, sizes=(), kernels=()):
+    """Load every compressor's kernels (and the objective's ``expit``; ``kernels``: more warm-up
+    functions, e.g. :func:`hpcgc.losses.warm`) from numba's cache on every rank at once; only if
+    some rank misses one, compile on rank 0 first and then load on the others (RankOrderedJIT).
 
     Each spec is exercised at d = 64, then each ``(compressor, d)`` of ``sizes`` (the runs' own
     compressors at their dimensions): some kernels exist only at large d or large k (top-k's sampled
     threshold for d >= 2**16, a k that does not fit in 64), and a kernel first met inside a run's
     iteration would put its compilation or cache load into that iteration's time."""
     from ..compressors.kernels._numba_cache import WouldCompile, cache_only, init_target
-    from ..algorithms.kernels import warm as warm_steps
-    from ..losses import warm as warm_losses
     from ..problems import expit
 
     at_size = list({(c.spec, int(d)): (c, int(d)) for c, d in sizes}.values())
@@ -46,8 +44,8 @@ def warm_jit(specs, transport: Transport, sizes=()):
 
     def warm():
         expit(np.zeros(1))
-        warm_losses()
-        warm_steps()
+        for kernel in kernels:
+            kernel()
         rng = np.random.default_rng(0)
         for spec in specs:
             exercise(compressors.make(spec), 64, rng)
@@ -124,7 +122,10 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
 
     t = transport
     # each rank exercises its own worker's compressor at the run's d (the decoders are shared)
-    warm_jit(sorted({r.comp.spec for r in runs}), t, sizes=[(r.comps[t.rank % len(r.comps)], r.s.d) for r in runs])
+    # and only the objective and step kernels the runs use (each costs every rank a cache load)
+    kernels = {k for r in runs for k in (*r.alg.kernels, *getattr(r.s.local, "kernels", ()))}
+    warm_jit(sorted({r.comp.spec for r in runs}), t, sizes=[(r.comps[t.rank % len(r.comps)], r.s.d) for r in runs],
+             kernels=sorted(kernels, key=lambda k: k.__module__))
     attrs = provenance.collect(t, list(argv))
     writer, err = None, None
     if t.is_root:
