@@ -53,6 +53,7 @@ class AdianaPlus(DianaPlus):
     """ADIANA+ = ADIANA (Li et al. 2020) with DIANA+'s smoothness-aware compressors."""
 
     name = "adiana+"
+    kernels = ()                       # its own step (server_update), not DIANA+'s kernel
     method = "diana"
     collectives = ("allgather",)
     collectives_why = COLLECTIVES_WHY

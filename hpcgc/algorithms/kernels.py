@@ -12,6 +12,7 @@ order — the same bits (``tests/test_step_kernels.py``). The ℓ1 prox, when an
 """
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 
@@ -31,6 +32,5 @@ def shifted_step(x, h, v, m, gamma, alpha, beta):
 
 def warm() -> None:
     """Load (or compile) the kernels before a run's timed loop (:func:`hpcgc.run.experiment.warm_jit`)."""
-    import numpy as np
     a = np.zeros(1)
     shifted_step(a, a.copy(), a.copy(), a.copy(), 1.0, 1.0, 0.5)

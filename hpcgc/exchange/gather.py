@@ -50,7 +50,7 @@ class Gather(Exchange):
         view ``xbuf[:-1]`` (same values), so the step writes the iterate into the broadcast buffer and
         rank 0 copies nothing per iteration (8 MiB at d = 2²⁰). Rank 0's worker reads the same view,
         as it read the broadcast iterate before; the step runs after its gradient and message."""
-        if self.xbuf is not None and ss is not None and getattr(self.alg, "steps_in_place", False):
+        if self.xbuf is not None and ss is not None and self.alg.steps_in_place:
             self.xbuf[:-1] = ss.x
             ss.x = self.placed = self.xbuf[:-1]
 

@@ -50,14 +50,11 @@ def warm_up(alg, ex, ws, ss, x, local, rng, state) -> None:
     exchange (0.1–4 s on TCP links: ``docs/breakeven.md``), the first touch of the receive
     buffers, lazy one-time initialisation. The stop rules and budgets do not see it."""
     blob = state.capture(0, 0)
-    on_step = getattr(ex, "on_step", None)
-    if on_step is not None:
-        ex.on_step = lambda: CONTINUE          # no bit accounting, no budget check
+    on_step, ex.on_step = ex.on_step, (lambda: CONTINUE)     # no bit accounting, no budget check
     try:
         if ws is not None:
             alg.worker_compute(ws, x, local, rng)
         ex.exchange(ex.encode(ws), ss)
     finally:
-        if on_step is not None:
-            ex.on_step = on_step
+        ex.on_step = on_step
     state.restore(blob)
