@@ -125,8 +125,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
                       choices=("worker", "dedicated")),
         "divergence_factor": Key(_NUM, 1e6, "mark diverged when f − f* exceeds this × (f(x⁰) − f*)", check=(_positive, "> 0")),
         "per_iteration_times": Key(bool, True, "store every iteration's per-rank phase times (per_iteration/)"),
-        "wait_phases": Key(bool, True, "a barrier before each collective, timed as wait_up/wait_down, so that "
-                           "comm_up/comm_down hold transfer only (false: no barrier, waiting is in comm_*)"),
+        "wait_phases": Key(bool, True, "time the waiting for other ranks apart (wait_up/wait_down: the lengths' "
+                           "Gather, the control word's Bcast, a barrier before an Allreduce), so that "
+                           "comm_up/comm_down hold transfer only (false: waiting is in comm_*)"),
         "warm_up": Key(bool, False, "one untimed iteration before the timed loop, then every state restored as "
                        "from a checkpoint: MPI connection set-up and first-touch costs are not the method's "
                        "(costs one pickled copy of the run's state at the start)"),

@@ -106,16 +106,20 @@ class Transport:
             self._recv = np.zeros(max(total, 2 * self._recv.size), dtype=np.uint8)
         return total
 
-    def gather_payloads(self, payload: np.ndarray):
-        """Send this rank's ``uint8`` payload to rank 0.
-
-        Returns, on rank 0, ``(buffer, counts, displs)`` where worker r's bytes are
-        ``buffer[displs[r]:displs[r] + counts[r]]`` (the transport's reused arrays: valid until the
-        next call); ``None`` on the other ranks.
-        """
+    def gather_lengths(self, payload: np.ndarray) -> np.ndarray:
+        """The uplink's announcement, first half of :meth:`gather_payloads`: ``Gather`` of this
+        rank's payload length (one int32) to rank 0. A receiving rank — rank 0, and the ranks inside
+        MPI's gather tree — blocks here until its last sender has arrived: the uplink's "late
+        sender" time (``wait_up``; the 4 bytes themselves cost one latency). Returns the payload as
+        :meth:`gatherv` sends it."""
         payload = self._lengths(payload)
         self.comm.Gather(self._len, self._counts if self.is_root else None, root=ROOT)
         self.ledger[_GATHER] += LENGTH_BYTES
+        return payload
+
+    def gatherv(self, payload: np.ndarray):
+        """Second half of :meth:`gather_payloads`: ``Gatherv`` of the payloads whose lengths
+        :meth:`gather_lengths` just announced."""
         self.ledger[_GATHERV] += payload.nbytes
         if self.is_root:
             self._layout()
@@ -124,16 +128,34 @@ class Transport:
         self.comm.Gatherv(payload, None, root=ROOT)
         return None
 
-    def allgather_payloads(self, payload: np.ndarray):
-        """Every rank's ``uint8`` payload to every rank: ``(buffer, counts, displs)`` on every rank,
-        as :meth:`gather_payloads` returns on rank 0 (views valid until the next call)."""
+    def gather_payloads(self, payload: np.ndarray):
+        """Send this rank's ``uint8`` payload to rank 0 (:meth:`gather_lengths`, then :meth:`gatherv`).
+
+        Returns, on rank 0, ``(buffer, counts, displs)`` where worker r's bytes are
+        ``buffer[displs[r]:displs[r] + counts[r]]`` (the transport's reused arrays: valid until the
+        next call); ``None`` on the other ranks.
+        """
+        return self.gatherv(self.gather_lengths(payload))
+
+    def allgather_lengths(self, payload: np.ndarray) -> np.ndarray:
+        """First half of :meth:`allgather_payloads`: ``Allgather`` of the payload lengths, where
+        every rank waits for the last one to arrive (``wait_up``)."""
         payload = self._lengths(payload)
         self.comm.Allgather(self._len, self._counts)
         self.ledger[_ALLGATHER] += LENGTH_BYTES
+        return payload
+
+    def allgatherv(self, payload: np.ndarray):
+        """Second half of :meth:`allgather_payloads`: ``Allgatherv`` of the announced payloads."""
         self.ledger[_ALLGATHERV] += payload.nbytes
         self._layout()
         self.comm.Allgatherv(payload, [self._recv, self._counts, self._displs, MPI.BYTE])
         return self._recv, self._counts, self._displs
+
+    def allgather_payloads(self, payload: np.ndarray):
+        """Every rank's ``uint8`` payload to every rank: ``(buffer, counts, displs)`` on every rank,
+        as :meth:`gather_payloads` returns on rank 0 (views valid until the next call)."""
+        return self.allgatherv(self.allgather_lengths(payload))
 
     def allreduce_sum(self, vec: np.ndarray, out: np.ndarray) -> np.ndarray:
         """``out = Σ_ranks vec`` (element-wise, ``MPI_Allreduce`` SUM) on every rank; float32 or
@@ -148,30 +170,47 @@ class Transport:
         if self.is_root:
             self.ledger[_BCAST] += buf.nbytes
 
-    def bcast_payload(self, payload: np.ndarray | None, control: int):
-        """The compressed downlink (``run.downlink``, EF21-P): rank 0 broadcasts its ``uint8``
-        ``payload`` and one control word; every rank gets ``(payload view, control)`` (the view is
-        valid until the next call). Two ``Bcast`` calls: an 8-byte header (int32 length, int32
-        control word), then the payload bytes (skipped when empty); both in the ``Bcast`` ledger."""
+    def bcast_header(self, payload: np.ndarray | None, control: int) -> tuple[int, int]:
+        """First half of :meth:`bcast_payload`: ``Bcast`` of the 8-byte header (int32 length of rank
+        0's ``payload``, int32 control word). Every other rank blocks here until rank 0 has stepped:
+        the downlink's late-sender time (``wait_down``). Returns (length, control) on every rank."""
         if self.is_root:
-            payload = self._lengths(payload)
             self._down_head[0], self._down_head[1] = payload.nbytes, control
         self.comm.Bcast(self._down_head, root=ROOT)
-        n = int(self._down_head[0])
+        if self.is_root:
+            self.ledger[_BCAST] += self._down_head.nbytes
+        return int(self._down_head[0]), int(self._down_head[1])
+
+    def bcast_body(self, payload: np.ndarray | None, n: int) -> np.ndarray:
+        """Second half of :meth:`bcast_payload`: ``Bcast`` of the ``n`` payload bytes (skipped when
+        0); returns the payload (other ranks: a view of the transport's buffer, valid until the next
+        call)."""
         if not self.is_root:
             if n > self._down.size:
                 self._down = np.zeros(max(n, 2 * self._down.size), dtype=np.uint8)
             payload = self._down[:n]
         if n:
             self.comm.Bcast(payload, root=ROOT)
+            if self.is_root:
+                self.ledger[_BCAST] += n
+        return payload
+
+    def bcast_payload(self, payload: np.ndarray | None, control: int):
+        """The compressed downlink (``run.downlink``, EF21-P): rank 0 broadcasts its ``uint8``
+        ``payload`` and one control word; every rank gets ``(payload view, control)`` (the view is
+        valid until the next call). Two ``Bcast`` calls: an 8-byte header (int32 length, int32
+        control word; :meth:`bcast_header`), then the payload bytes (:meth:`bcast_body`, skipped
+        when empty); both in the ``Bcast`` ledger."""
         if self.is_root:
-            self.ledger[_BCAST] += self._down_head.nbytes + n
-        return payload, int(self._down_head[1])
+            payload = self._lengths(payload)
+        n, control = self.bcast_header(payload, control)
+        return self.bcast_body(payload, n), control
 
     def sync(self):
-        """Wait until every rank has arrived (``MPI_Barrier``): issued before a collective when the
-        run separates idle time (``wait_*`` phases) from transfer (``comm_*``), as MPI profilers
-        attribute "late sender" time. No bytes: not in the ledger."""
+        """Wait until every rank has arrived (``MPI_Barrier``): issued before each Allreduce round
+        when the run separates idle time (``wait_up``) from transfer (``comm_up``) — an Allreduce has
+        no announcement of its own to wait in (``gather`` and ``allgather`` wait in the lengths'
+        collective, :meth:`gather_lengths`). No bytes: not in the ledger."""
         self.comm.Barrier()
 
     # -- measurement traffic: not part of the algorithm, not in the ledger ------------------------

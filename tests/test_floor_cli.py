@@ -41,7 +41,7 @@ def test_floor_command_table_and_file(tmp_path, n):
         assert row["ratio"] == pytest.approx(row["median_ms"] / row["floor_ms"], rel=0.02, abs=0.01)
         assert run.attrs["floor_ratio"] == pytest.approx(row["ratio"], abs=0.006)
         assert row["collectives"] == run.attrs["floor_collectives"]
-        assert row["collectives"].startswith("gather ") and row["collectives"].endswith(f"bcast {8 * (d + 1)} B")
+        assert row["collectives"].startswith("gather ") and row["collectives"].endswith(f"bcast 8 B, bcast {8 * d} B")
         assert set(run.time) >= {"wait_up", "wait_down", "other", "iter"}
 
 

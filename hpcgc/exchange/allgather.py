@@ -1,7 +1,8 @@
 """``allgather``: decentralized decode, no downlink (as GRACE and Horovod do for sparse messages).
 
-    wait_up    a barrier before the Allgather (``run.wait_phases``): idle until every rank is there
-    comm_up    Allgather of one 4-byte length per rank + Allgatherv of the payloads to every rank
+    wait_up    Allgather of one 4-byte length per rank (the announcement): every rank waits in it
+               for the last one to arrive (late sender), plus one latency
+    comm_up    Allgatherv of the payloads to every rank
     server     every rank decodes all n messages and takes the same step (identical iterates)
     wait_down, comm_down  none (0)
 
@@ -22,13 +23,15 @@ class Allgather(Exchange):
     summary = "every rank Allgatherv's the payloads and decodes them all (no server, no downlink)"
 
     def exchange(self, msg, ss):
-        t0, t1 = self._arrive()
-        got = self.t.allgather_payloads(msg)
+        t0 = wtime()
+        msg = self.t.allgather_lengths(msg)         # every rank waits here for the last one
+        t1 = wtime()
+        got = self.t.allgatherv(msg)
         t2 = wtime()
         self.x[:] = self.alg.server_step(ss, self._messages(got))
         t3 = wtime()
         self._stepped()
-        return 0.0, t1 - t0, t2 - t1, t3 - t2, 0.0, 0.0
+        return (0.0, *self._late_sender(t0, t1, t2), t3 - t2, 0.0, 0.0)
 
     def floor_ops(self, per_iteration, d: int) -> list:
         """Allgather + Allgatherv of this rank's mean payload."""

@@ -8,11 +8,14 @@ communication hook. The loop (:mod:`hpcgc.run.loop`) calls, per iteration::
                                                     # its rounds), wait_up, comm_up, server,
                                                     # wait_down, comm_down
 
-``wait_*`` is the time a rank spends in a barrier (:meth:`Transport.sync`) just before the
-collective, when ``split`` is on (``run.wait_phases``, the default): idle time while other ranks
-are still computing, so that ``comm_*`` is the collective's own transfer time (as MPI profilers
-separate "late sender" time). With ``split`` off there is no barrier, ``wait_*`` is 0 and the
-waiting is inside ``comm_*``.
+``wait_*`` is the time a rank waits for other ranks before a transfer — MPI profilers' "late
+sender" time — when ``split`` is on (``run.wait_phases``, the default), so that ``comm_*`` is the
+collective's own transfer time. The wait is measured in a collective the exchange issues anyway
+where it has one: the Gather / Allgather of the payload lengths before the payloads (the
+receivers wait there for the last sender), the Bcast of the control word (or of the compressed
+downlink's header) before the iterate (the workers wait there for rank 0's step); an Allreduce
+has none, so a barrier (:meth:`Transport.sync`) precedes each round. With ``split`` off, ``wait_*``
+is 0 and the waiting is inside ``comm_*`` (and ``gather``'s dense downlink is one Bcast).
 
 and then :meth:`Exchange.control` on every rank (the per-iteration stop decision). Right after the
 server step, outside the timed phases, rank 0 calls ``on_step()`` (set by the run: it accounts the
@@ -115,13 +118,19 @@ class Exchange:
         raise NotImplementedError
 
     def _arrive(self) -> tuple[float, float]:
-        """(arrived, released): ``wtime()`` before and after the barrier that precedes each
-        collective when ``split`` is on; the same instant twice when it is off (no barrier)."""
+        """(arrived, released): ``wtime()`` before and after a barrier when ``split`` is on (the
+        wait of a collective with no announcement of its own: Allreduce); the same instant twice
+        when it is off (no barrier)."""
         t0 = wtime()
         if not self.split:
             return t0, t0
         self.t.sync()
         return t0, wtime()
+
+    def _late_sender(self, t0: float, t1: float, t2: float) -> tuple[float, float]:
+        """(wait_up, comm_up) of an uplink that announced its lengths from t0 to t1 and moved the
+        payloads from t1 to t2: the announcement is the wait when ``split`` is on; else all is comm."""
+        return (t1 - t0, t2 - t1) if self.split else (0.0, t2 - t0)
 
     def place_server_state(self, ss) -> None:
         """Called once by the run right after ``server_init`` on the ranks that hold the server state:

@@ -1,14 +1,18 @@
 """``gather``: the parameter server (the default, as the seeds describe it).
 
-    wait_up    a barrier before the uplink (``run.wait_phases``): idle until the slowest rank has
-               its message (rank 0: waiting for the workers' gradients and compression)
-    comm_up    Gather of one 4-byte length per rank + Gatherv of the payloads to rank 0
+    wait_up    Gather of one 4-byte length per rank to rank 0 (the announcement): rank 0 waits
+               in it for the last worker's gradient and compression — the "late sender" time of
+               MPI profilers — plus one latency; a worker only sends (≈ one latency)
+    comm_up    Gatherv of the payloads to rank 0 (every sender has arrived: transfer)
     server     rank 0 decodes, aggregates and steps (and compresses the downlink message, if any)
-    wait_down  a barrier before the downlink: the workers' idle time while rank 0 steps
-    comm_down  Bcast of the new iterate (float64) and one control word from rank 0; with a
-               compressed downlink (``run.downlink``, EF21-P, :mod:`.downlink`): Bcast of an 8-byte
-               header (payload length, control word), Bcast of the payload, and every rank's
-               decoding of it into w
+    wait_down  Bcast of the control word (8 bytes) from rank 0: the workers wait in it while rank 0
+               steps (late sender: the server); compressed downlink: the Bcast of its 8-byte
+               header (payload length, control word)
+    comm_down  Bcast of the new iterate (float64); compressed downlink (``run.downlink``, EF21-P,
+               :mod:`.downlink`): Bcast of the payload and every rank's decoding of it into w
+
+With ``run.wait_phases = false`` the wait phases are 0 and the same time is in ``comm_*``; the
+dense iterate and control word then travel in one Bcast (8(d + 1) bytes either way).
 
 Cost model (α–β, P ranks, payload s_i bytes, d coordinates): the Gatherv moves Σ_{i≠0} s_i bytes
 into rank 0's link, ≈ α·log P + β·Σ s_i; the dense broadcast 8(d + 1) bytes to every rank,
@@ -33,11 +37,12 @@ class Gather(Exchange):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         d = self.x.shape[0]
-        self.xbuf = None
+        self.xbuf = self.ctrl = None
         if self.downlink is None:          # iterate + one control word; x is a view of it (the run
             self.xbuf = np.zeros(d + 1)    # takes ``x = exchange.x``): the Bcast writes the iterate
             self.xbuf[:-1] = self.x        # where every rank reads it, no copy after
             self.x = self.xbuf[:-1]
+            self.ctrl = self.xbuf[-1:]     # broadcast first when the phases are split (wait_down)
         # compressed downlink (EF21-P): self.x is w on every rank; rank 0 also keeps the server's x
         self.server_x = None
         self.down_payload = EMPTY
@@ -61,8 +66,10 @@ class Gather(Exchange):
         if self.downlink is not None:
             return self._exchange_compressed(msg, ss)
         t = self.t
-        t0, t1 = self._arrive()
-        got = t.gather_payloads(msg)
+        t0 = wtime()
+        msg = t.gather_lengths(msg)                 # rank 0 waits here for the last worker
+        t1 = wtime()
+        got = t.gatherv(msg)
         t2 = wtime()
         if got is not None:
             xs = self.alg.server_step(ss, self._messages(got))
@@ -73,16 +80,24 @@ class Gather(Exchange):
             self.xbuf[-1] = DIVERGED if exploded(xs) else control
         else:
             t3 = t2
-        t4, t5 = self._arrive()
-        t.bcast(self.xbuf)
+        t4 = wtime()
+        if self.split:
+            t.bcast(self.ctrl)                      # the workers wait here for rank 0's step
+            t5 = wtime()
+            t.bcast(self.x)
+        else:
+            t5 = t4
+            t.bcast(self.xbuf)
         t6 = wtime()
-        return 0.0, t1 - t0, t2 - t1, t3 - t2, t5 - t4, t6 - t5
+        return (0.0, *self._late_sender(t0, t1, t2), t3 - t2, t5 - t4, t6 - t5)
 
     # -- compressed downlink (EF21-P) ---------------------------------------------------------------
     def _exchange_compressed(self, msg, ss):
         t = self.t
-        t0, t1 = self._arrive()
-        got = t.gather_payloads(msg)
+        t0 = wtime()
+        msg = t.gather_lengths(msg)
+        t1 = wtime()
+        got = t.gatherv(msg)
         t2 = wtime()
         payload, control = None, CONTINUE
         if got is not None:
@@ -95,13 +110,17 @@ class Gather(Exchange):
                 payload, control = EMPTY, DIVERGED
         else:
             t3 = t2
-        t4, t5 = self._arrive()
-        payload, control = t.bcast_payload(payload, int(control))
+        t4 = wtime()
+        n, control = t.bcast_header(payload, int(control))     # the workers wait here for rank 0
+        t5 = wtime()
+        payload = t.bcast_body(payload, n)
         if control != DIVERGED:
             self._decode_down(payload)
         t6 = wtime()
         self.control_word = float(control)
-        return 0.0, t1 - t0, t2 - t1, t3 - t2, t5 - t4, t6 - t5
+        if not self.split:
+            t5 = t4
+        return (0.0, *self._late_sender(t0, t1, t2), t3 - t2, t5 - t4, t6 - t5)
 
     def _compress_down(self, xs):
         """Rank 0: the downlink payload C(x^{k+1} − w^k) (lossless: x^{k+1} itself); None when the
@@ -154,10 +173,13 @@ class Gather(Exchange):
         return self.t.gather_payloads(payload)
 
     def floor_ops(self, per_iteration, d: int) -> list:
-        """Gather + Gatherv of this rank's mean payload; Bcast of the d + 1 float64 (dense), or of
-        the 8-byte header and rank 0's mean downlink payload (compressed)."""
+        """Gather + Gatherv of this rank's mean payload; Bcast of the control word and of the d
+        float64 of the iterate (dense; one Bcast of d + 1 without ``run.wait_phases``), or of the
+        8-byte header and rank 0's mean downlink payload (compressed)."""
         ops = [("gather", mean_bytes(per_iteration, self.t.rank, "Gatherv"), np.uint8)]
         if self.downlink is None:
+            if self.split:
+                return ops + [("bcast", 8, np.float64), ("bcast", 8 * d, np.float64)]
             return ops + [("bcast", 8 * (d + 1), np.float64)]
         payload = mean_bytes(per_iteration, 0, "Bcast") - DOWN_HEADER_BYTES
         return ops + [("bcast", DOWN_HEADER_BYTES, np.uint8)] + ([("bcast", payload, np.uint8)] if payload > 0 else [])

@@ -50,7 +50,8 @@ def test_floor_attributes_and_ratio(shared_dir):
     d, n, T = run.attrs["d"], run.attrs["n_workers"], int(run.attrs["iterations_done"])
     payload = run.mpi_bytes["Gatherv"][-1, 0] / T                # rank 0's payload bytes per iteration
     assert payload == int(payload) > 0
-    assert run.attrs["floor_collectives"] == f"gather {int(payload)} B, bcast {8 * (d + 1)} B"
+    # the control word's Bcast (where the workers wait for the step) apart from the iterate's
+    assert run.attrs["floor_collectives"] == f"gather {int(payload)} B, bcast 8 B, bcast {8 * d} B"
     assert run.attrs["floor_seconds"] > 0
     med = np.median(run.per_iteration["iter"].astype(np.float64))
     assert run.attrs["floor_ratio"] == pytest.approx(med / run.attrs["floor_seconds"], rel=1e-5)
@@ -75,9 +76,10 @@ def test_floor_of_the_other_collectives(shared_dir, collective, compressor):
 
 def test_phases_add_up_and_barriers_change_no_iterate(shared_dir):
     """iter = the sum of the other phases (every rank, every iteration); without run.wait_phases the
-    wait phases are 0; the barriers change no iterate and no bit."""
+    wait phases are 0 (and the control word rides the iterate's Bcast); splitting them changes no
+    iterate, no bit and no byte of the ledgers."""
     a, _, _ = run_one(shared_dir / "a.h5", {"run.compressor": "qsgd:s=2"})
-    b, _, _ = run_one(shared_dir / "b.h5", {"run.compressor": "qsgd:s=2", "run.wait_phases": False})
+    b, _, _ = run_one(shared_dir / "b.h5", {"run.compressor": "qsgd:s=2", "run.wait_phases": False}, floor=0.02)
     assert set(PHASES) <= set(a.per_iteration) and set(PHASES) <= set(a.time)
     for run in (a, b):
         pi = {ph: run.per_iteration[ph].astype(np.float64) for ph in PHASES}
@@ -89,6 +91,8 @@ def test_phases_add_up_and_barriers_change_no_iterate(shared_dir):
         np.testing.assert_allclose(run.time["iter"][-1], run.per_iteration["iter"].astype(np.float64).sum(0),
                                    rtol=1e-5)
     assert np.all(b.time["wait_up"] == 0) and np.all(b.time["wait_down"] == 0)
+    d = b.attrs["d"]                     # unsplit: the control word rides the iterate's Bcast
+    assert b.attrs["floor_collectives"].endswith(f", bcast {8 * (d + 1)} B")
     assert np.all(a.time["wait_down"][-1] > 0)
     np.testing.assert_array_equal(a.x_final, b.x_final)
     for key in ("loss", "bits_up_model", "bits_up_wire", "bits_down_wire"):
