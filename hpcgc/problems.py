@@ -36,8 +36,9 @@ from numba import config as numba_config
 from numba import njit
 
 from .errors import ConfigError
-from .losses import CODES, csr_grad, unsigned
+from .losses import CODES, add_l2, csr_grad, dloss_into, unsigned
 from .losses import warm as warm_losses
+from .losses import warm_dense as warm_dense_losses
 from .matrix import issparse
 
 CONVEX_KINDS = ("logreg", "ridge")
@@ -120,8 +121,10 @@ class Objective:
     @property
     def kernels(self) -> tuple:
         """Warm-up functions of the numba kernels :meth:`grad` calls (``warm_jit``): the sparse
-        gradient's for a CSR shard."""
-        return (warm_losses,) if issparse(self.A) else ()
+        gradient's for a CSR shard, the derivative's and the l2 term's for a dense one."""
+        if issparse(self.A):
+            return (warm_losses,)
+        return () if numba_config.USING_SVML else (warm_dense_losses,)
 
     # -- values and derivatives --------------------------------------------------------------
     def loss(self, x) -> float:
@@ -151,7 +154,8 @@ class Objective:
     def grad(self, x, rows=None):
         """∇f(x); with `rows`, the unbiased mini-batch estimate using those rows only. A sparse
         shard's gradient is one kernel (:func:`hpcgc.losses.csr_grad`, the same bits as the scipy
-        products); a dense shard's uses BLAS for the two products."""
+        products); a dense shard's uses BLAS for the two products and two kernels for the rest
+        (:func:`hpcgc.losses.dloss_into`, :func:`hpcgc.losses.add_l2`: numpy's bits)."""
         A, y, w = self.A, self.y, self.w
         if rows is not None:
             A, y = A[rows], y[rows]
@@ -161,8 +165,16 @@ class Objective:
             csr_grad(CODES[self.kind], unsigned(A.indptr), unsigned(A.indices), A.data,
                      np.ascontiguousarray(x, dtype=np.float64), y, w, self.l2, out)
             return out
-        g = A.T @ self._dloss(A @ x, y, w)
-        return np.asarray(g, dtype=np.float64).ravel() + self.l2 * x
+        if numba_config.USING_SVML:            # numba might vectorise exp with SVML's: numpy's bits instead
+            g = A.T @ self._dloss(A @ x, y, w)
+            return np.asarray(g, dtype=np.float64).ravel() + self.l2 * x
+        if type(x) is not np.ndarray or x.dtype.char != "d":
+            x = np.asarray(x, dtype=np.float64)
+        t = A @ x
+        dloss_into(CODES[self.kind], t, y, w)          # t ← w·ℓ'(t, y), numpy's operations in order
+        g = A.T @ t
+        add_l2(g, x, self.l2)
+        return g
 
     def hessp(self, x, v):
         t = self.A @ x

@@ -1,5 +1,6 @@
-"""The sparse gradient kernel (hpcgc.losses.csr_grad) gives the bits of the scipy path it replaced:
-``A.T @ w·ℓ'(A @ x) + l2·x`` with scipy's sparse products and numpy's elementwise derivative."""
+"""The gradient kernels give the bits of the paths they replaced: ``A.T @ w·ℓ'(A @ x) + l2·x`` with
+scipy's sparse products (hpcgc.losses.csr_grad) or BLAS's dense ones (hpcgc.losses.dloss_into,
+add_l2) and numpy's elementwise derivative."""
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -44,3 +45,21 @@ def test_sparse_gradient_of_a_non_contiguous_iterate_and_empty_rows():
     x = np.arange(6.0)[::2]
     assert np.array_equal(obj.grad(x), scipy_gradient("logreg", obj.A, obj.y, obj.w, 0.1, x))
     assert np.allclose(obj.grad(x), Objective("logreg", A.toarray(), obj.y, obj.w, l2=0.1).grad(x), rtol=1e-14)
+
+
+@pytest.mark.parametrize("kind", ["logreg", "sigmoid-loss", "ridge"])
+@pytest.mark.parametrize("seed", range(4))
+def test_dense_gradient_has_the_numpy_paths_bits(kind, seed):
+    rng = np.random.default_rng(100 + seed)
+    m, d = int(rng.integers(1, 400)), int(rng.integers(1, 120))
+    A = rng.standard_normal((m, d)) * 10.0 ** rng.uniform(-3, 3, (m, 1))
+    y = rng.choice([-1.0, 1.0], m) if kind != "ridge" else rng.standard_normal(m)
+    w = rng.uniform(0.1, 2.0, m) / m
+    x = rng.standard_normal(d) * 3.0
+    obj = Objective(kind, A, y, w, l2=float(rng.uniform(0, 1)))
+    assert np.array_equal(obj.grad(x), scipy_gradient(kind, obj.A, obj.y, obj.w, obj.l2, x))
+    rows = rng.choice(m, size=max(1, m // 3), replace=False)
+    want = scipy_gradient(kind, obj.A[rows], obj.y[rows], obj.w[rows] * (m / len(rows)), obj.l2, x)
+    assert np.array_equal(obj.grad(x, rows), want)
+    assert np.array_equal(obj.grad(list(x[::-1])[::-1]), obj.grad(x))          # any array-like iterate
+    assert np.array_equal(obj.grad(np.repeat(x, 2)[::2]), obj.grad(x))          # a strided one
