@@ -223,8 +223,8 @@ def summary_table(summaries) -> str:
     if floor:
         head += " " + floor_head("/floor")
     lines = ["# per-iteration times: mean over iterations and ranks; MB up: bytes that crossed the network "
-             "(every rank's under allreduce/allgather, all but rank 0's under gather); wait_*: idle in the "
-             "barrier before a collective, comm_*: the collective, other: hpcgc's bookkeeping, iter: wall-clock "
+             "(every rank's under allreduce/allgather, all but rank 0's under gather); wait_*: waiting for "
+             "other ranks (late senders) before a transfer, comm_*: the collective, other: hpcgc's bookkeeping, iter: wall-clock "
              "(docs/results.md, Phases)",
              "# f - f*: the final suboptimality; on problems without f* (nonconvex) the final "
              "|grad f|^2 / |grad f(x0)|^2, marked g",

@@ -482,8 +482,8 @@ FIGURE_CAPTIONS = {
     "projection": "Convergence against the wall-clock measured here and projected onto other networks "
                   "(α–β model, docs/projection.md).",
     "phases": "Time per iteration by phase, for rank 0 (0) and the mean worker rank (W); each stack is "
-              "that rank's own iteration. wait: idle in the barrier before a collective (waiting for other "
-              "ranks); comm: the collective's transfer; other: hpcgc's bookkeeping (docs/results.md, Phases).",
+              "that rank's own iteration. wait: idle, waiting for other "
+              "ranks (late senders) before a transfer; comm: the collective's transfer; other: hpcgc's bookkeeping (docs/results.md, Phases).",
     "scaling": "Time per iteration, time to ε and uplink bytes per iteration against the rank count.",
 }
 
