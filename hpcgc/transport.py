@@ -170,21 +170,24 @@ class Transport:
         if self.is_root:
             self.ledger[_BCAST] += buf.nbytes
 
-    def bcast_header(self, payload: np.ndarray | None, control: int) -> tuple[int, int]:
-        """First half of :meth:`bcast_payload`: ``Bcast`` of the 8-byte header (int32 length of rank
-        0's ``payload``, int32 control word). Every other rank blocks here until rank 0 has stepped:
-        the downlink's late-sender time (``wait_down``). Returns (length, control) on every rank."""
+    def bcast_header(self, payload: np.ndarray | None, control: int):
+        """The compressed downlink (``run.downlink``, EF21-P), first of two ``Bcast`` calls: rank 0
+        broadcasts an 8-byte header (int32 length of its ``uint8`` ``payload``, int32 control word).
+        Every other rank blocks here until rank 0 has stepped: the downlink's late-sender time
+        (``wait_down``). Returns (payload — rank 0's, contiguous; None elsewhere —, length, control)
+        on every rank, for :meth:`bcast_body`."""
         if self.is_root:
+            payload = self._lengths(payload)
             self._down_head[0], self._down_head[1] = payload.nbytes, control
         self.comm.Bcast(self._down_head, root=ROOT)
         if self.is_root:
             self.ledger[_BCAST] += self._down_head.nbytes
-        return int(self._down_head[0]), int(self._down_head[1])
+        return payload, int(self._down_head[0]), int(self._down_head[1])
 
     def bcast_body(self, payload: np.ndarray | None, n: int) -> np.ndarray:
-        """Second half of :meth:`bcast_payload`: ``Bcast`` of the ``n`` payload bytes (skipped when
-        0); returns the payload (other ranks: a view of the transport's buffer, valid until the next
-        call)."""
+        """Second of the compressed downlink's ``Bcast`` calls: the ``n`` payload bytes (skipped
+        when 0), in the ``Bcast`` ledger like the header; returns the payload on every rank (other
+        ranks: a view of the transport's buffer, valid until the next call)."""
         if not self.is_root:
             if n > self._down.size:
                 self._down = np.zeros(max(n, 2 * self._down.size), dtype=np.uint8)
@@ -194,17 +197,6 @@ class Transport:
             if self.is_root:
                 self.ledger[_BCAST] += n
         return payload
-
-    def bcast_payload(self, payload: np.ndarray | None, control: int):
-        """The compressed downlink (``run.downlink``, EF21-P): rank 0 broadcasts its ``uint8``
-        ``payload`` and one control word; every rank gets ``(payload view, control)`` (the view is
-        valid until the next call). Two ``Bcast`` calls: an 8-byte header (int32 length, int32
-        control word; :meth:`bcast_header`), then the payload bytes (:meth:`bcast_body`, skipped
-        when empty); both in the ``Bcast`` ledger."""
-        if self.is_root:
-            payload = self._lengths(payload)
-        n, control = self.bcast_header(payload, control)
-        return self.bcast_body(payload, n), control
 
     def sync(self):
         """Wait until every rank has arrived (``MPI_Barrier``): issued before each Allreduce round

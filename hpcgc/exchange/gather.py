@@ -111,7 +111,7 @@ class Gather(Exchange):
         else:
             t3 = t2
         t4 = wtime()
-        n, control = t.bcast_header(payload, int(control))     # the workers wait here for rank 0
+        payload, n, control = t.bcast_header(payload, int(control))   # the workers wait here for rank 0
         t5 = wtime()
         payload = t.bcast_body(payload, n)
         if control != DIVERGED:

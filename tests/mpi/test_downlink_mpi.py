@@ -74,13 +74,15 @@ def test_downlink_bits_are_the_broadcast_buffers_and_seeded(shared_dir):
     assert not np.array_equal(a.series["bits_down_model"], c.series["bits_down_model"])   # other index sets
 
 
-def test_bcast_payload_every_rank_gets_rank0s_bytes():
+def test_bcast_header_and_body_every_rank_gets_rank0s_bytes():
     """The transport's two-step downlink broadcast: header (length, control) then the bytes."""
     t = Transport()
     rng = np.random.default_rng(11)
     for n in (0, 1, 70_000, 13):                         # grows the receive buffer past its initial 64 KiB
         payload = rng.integers(0, 256, n, dtype=np.uint8)
-        got, control = t.bcast_payload(payload if t.is_root else None, 2 if n == 13 else 0)
+        sent, size, control = t.bcast_header(payload if t.is_root else None, 2 if n == 13 else 0)
+        assert size == n
+        got = t.bcast_body(sent, size)
         assert np.array_equal(got, payload) and control == (2 if n == 13 else 0)
     assert t.ledger[LEDGER.index("Bcast")] == (4 * DOWN_HEADER_BYTES + 70_014 if t.is_root else 0)
 
