@@ -28,7 +28,8 @@ import numpy as np
 
 from ..errors import ConfigError, PayloadError
 from .kernels import wire
-from .kernels.norms import block_norms_l2, block_norms_linf, nonfinite_flag
+from .kernels.norms import NONFINITE, block_norms_linf, nonfinite_flag, scaled_payload
+from .kernels.norms import OK as SCALES_OK
 from .kernels.sparse import encode_indices, read_indices, scatter_scaled, write_index_stream
 
 REQUIRED = object()
@@ -258,6 +259,10 @@ class Compressor(ABC):
                  if p.in_spec == "always" or values[p.name] != p.default]
         self._spec = self.name + (":" + ",".join(parts) if parts else "")
         self._fingerprint = wire.fingerprint(self._spec)
+        self._fp64 = bool(values.get("fp64", False))
+        self._flags = wire.FLAG_FP64 if self._fp64 else 0
+        self._float_bits = 64 if self._fp64 else 32
+        self._scale_bytes = 8 if self._fp64 else 4
         self._init()
 
     def _init(self) -> None:
@@ -436,22 +441,11 @@ class Compressor(ABC):
         out += y
 
     # -- helpers for subclasses ------------------------------------------------------------------
-    @property
-    def _fp64(self) -> bool:
-        return bool(self._params.get("fp64", False))
-
-    @property
-    def _flags(self) -> int:
-        return wire.FLAG_FP64 if self._fp64 else 0
-
-    @property
-    def _float_bits(self) -> int:
-        """F in the model-bit formulas: 32, or 64 with ``fp64=true``."""
-        return 64 if self._fp64 else 32
-
-    @property
-    def _scale_bytes(self) -> int:
-        return 8 if self._fp64 else 4
+    # derived from the parameters once (``__init__``), plain attributes: the hot paths read them per call
+    _fp64: bool                  # float64 scales/values on the wire (``fp64=true``)
+    _flags: int                  # header flags of this format (wire.FLAG_FP64 with fp64)
+    _float_bits: int             # F in the model-bit formulas: 32, or 64 with ``fp64=true``
+    _scale_bytes: int            # bytes of one scale on the wire: 4, or 8 with ``fp64=true``
 
     def _header(self, d: int, flags: int) -> bytes:
         """The 8 header bytes of this compressor's payloads at dimension d with these flags
@@ -487,31 +481,40 @@ class Compressor(ABC):
 
     def _compress_blocks(self, x: np.ndarray, b: int, m: int, body: int, what: str):
         """Shared front half of the block-scaled compressors: the m block ℓ_p norms of x (p = self.p,
-        block size b), checked and converted to wire scales; a new payload with the scales written.
+        block size b), checked and converted to wire scales; a new payload with the scales written
+        (:func:`.kernels.norms.scaled_payload`: one kernel call for ℓ2).
 
         ``what`` names the block in the float32-overflow error ("bucket" or "block").
         Returns (payload, scales, offset of the data after the scales).
         """
+        norms, l2 = self._block_norms(x, b, m)
+        payload, status = scaled_payload(x, b, norms, l2, self._fp64, self._header_array(x.shape[0]), body)
+        if status != SCALES_OK:
+            raise self._scales_error(x, status, what)
+        return payload, norms, wire.HEADER_BYTES + m * self._scale_bytes
+
+    def _block_norms(self, x: np.ndarray, b: int, m: int) -> tuple[np.ndarray, bool]:
+        """(norms, l2) for :func:`.kernels.norms.scaled_payload`: with p = 2 an empty array the
+        kernel fills (l2 = True); with p = ∞ the block max-norms, computed here."""
         norms = np.empty(m)
-        (block_norms_l2 if self.p == 2 else block_norms_linf)(x, b, norms)
-        if m == 1:                      # one scale (the whole vector): the same steps on a Python float
-            v = float(norms[0])
-            if not math.isfinite(v):
-                raise self._nonfinite_error(x)
-            norms[0] = sc = v if self._fp64 else round_up_float32(v)
-            if not math.isfinite(sc):
-                raise self._nonfinite_error(x, f"{what} norm (float32)")
-            payload = self._new_payload(body, x.shape[0])
-            (_F8 if self._fp64 else _F4).pack_into(payload, wire.HEADER_BYTES, sc)
-            return payload, norms, wire.HEADER_BYTES + self._scale_bytes
-        if not np.isfinite(norms).all():
-            raise self._nonfinite_error(x)
-        scales = self._scales_for_wire(norms)
-        if not np.isfinite(scales).all():
-            raise self._nonfinite_error(x, f"{what} norm (float32)")
-        payload = self._new_payload(body, x.shape[0])
-        self._write_scales(payload, scales)
-        return payload, scales, wire.HEADER_BYTES + m * self._scale_bytes
+        if self.p == 2:
+            return norms, True
+        block_norms_linf(x, b, norms)
+        return norms, False
+
+    def _scales_error(self, x: np.ndarray, status: int, what: str) -> ValueError:
+        """The ValueError of a :func:`.kernels.norms.scaled_payload` status other than OK."""
+        if status == NONFINITE:
+            return self._nonfinite_error(x)
+        return self._nonfinite_error(x, f"{what} norm (float32)")
+
+    def _header_array(self, d: int) -> np.ndarray:
+        """:meth:`_header` as a uint8 array (for kernels that write or compare it), built once per d."""
+        cache = self.__dict__.setdefault("_header_arrays", {})
+        head = cache.get(d)
+        if head is None:
+            head = cache[d] = np.frombuffer(self._header(d, self._flags), dtype=np.uint8)
+        return head
 
 
 class DecodeInto:

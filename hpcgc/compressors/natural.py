@@ -49,7 +49,8 @@ from ..errors import PayloadError
 from .base import FP64_PARAM, Compressor, DecodeInto, FixedKSparse, Param
 from .kernels import simd, wire
 from .kernels.dither import dither_pack
-from .kernels.norms import max_abs_bits32
+from .kernels.norms import OK as SCALES_OK
+from .kernels.norms import max_abs_bits32, scaled_payload
 from .kernels.prng import GAMMA, mix64, state_at, uniform_at
 from .kernels.wire import CHUNK, le_word
 from .qsgd import BucketDither
@@ -449,6 +450,17 @@ def natural_dither_pack(x, bucket, scales, s, width, seed, out, offset):
     dither_pack(x, bucket, scales, s, width, seed, out, offset, NDITHER_KIND)
 
 
+@njit(cache=True)
+def natural_dither_encode(x, bucket, norms, l2, s, width, seed, fp64, head, body):
+    """A whole natural-dither payload in one call (:func:`.kernels.dither.qsgd_encode`'s shape:
+    :func:`.kernels.norms.scaled_payload`, then :func:`natural_dither_pack`)."""
+    payload, status = scaled_payload(x, bucket, norms, l2, fp64, head, body)
+    if status == SCALES_OK:
+        natural_dither_pack(x, bucket, norms, s, width, seed, payload,
+                            head.shape[0] + norms.shape[0] * (8 if fp64 else 4))
+    return payload, status
+
+
 def _natural_dither_row_values(builder, f, sc, s):
     """IR of the natural-dither values of one row of fields (l << 1 | sign): ±sc·2^{l−s}, built
     from the float64 bits ((l − s + 1023) << 52) | (sign << 63), zero where l = 0 (no table)."""
@@ -484,7 +496,7 @@ class NaturalDither(BucketDither):
     FORMAT_ID = 11
     unbiased = True
 
-    _pack = staticmethod(natural_dither_pack)
+    _encode = staticmethod(natural_dither_encode)
 
     def omega(self, d: int) -> float:
         t = math.sqrt(self.bucket_size(d)) * 2.0 ** (1 - self.s)     # b^{1/r}·2^{1−s}, r = 2

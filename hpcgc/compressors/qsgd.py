@@ -34,7 +34,8 @@ from ..errors import PayloadError
 from . import qsgd_elias
 from .base import FP64_PARAM, Compressor, Param
 from .kernels import simd, wire
-from .kernels.dither import qsgd_pack
+from .kernels.dither import qsgd_encode
+from .kernels.norms import OK as SCALES_OK
 from .kernels.norms import n_blocks
 
 
@@ -52,10 +53,12 @@ class BucketDither(Compressor):
     """Shared orchestration of the bucketed random-dithering compressors (QSGD, natural dithering):
     s levels, ℓ_p bucket norms as scales, then d fixed-width fields (sign + level).
 
-    Subclasses set ``_pack = staticmethod(kernel)``, the numba kernel
-    ``(x, bucket, scales, s, width, seed, out, offset)`` that dithers and packs the fields."""
+    Subclasses set ``_encode = staticmethod(kernel)``, the numba kernel
+    ``(x, bucket, norms, l2, s, width, seed, fp64, head, body) -> (payload, status)`` that writes a
+    whole payload: :func:`.kernels.norms.scaled_payload`, then the dithered fields packed after the
+    scales (e.g. :func:`.kernels.dither.qsgd_encode`)."""
 
-    _pack: staticmethod
+    _encode: staticmethod
 
     def _init(self) -> None:
         self.s = self._params["s"]
@@ -86,9 +89,13 @@ class BucketDither(Compressor):
         return self._float_bits * m + d * self._width
 
     def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
-        m, body, b = self._layout(x.shape[0])
-        payload, scales, offset = self._compress_blocks(x, b, m, body, "bucket")
-        self._pack(x, b, scales, self.s, self._width, seed, payload, offset)
+        d = x.shape[0]
+        m, body, b = self._layout(d)
+        norms, l2 = self._block_norms(x, b, m)
+        payload, status = self._encode(x, b, norms, l2, self.s, self._width, seed, self._fp64,
+                                       self._header_array(d), body)
+        if status != SCALES_OK:
+            raise self._scales_error(x, status, "bucket")
         return payload
 
     def _checked_scales(self, payload: np.ndarray, d: int, level: str) -> tuple[np.ndarray, int]:
@@ -126,11 +133,12 @@ class QSGD(BucketDither):
     )
     FORMAT_ID = 2
     unbiased = True
-    _pack = staticmethod(qsgd_pack)
+    _encode = staticmethod(qsgd_encode)
 
     def _init(self) -> None:
         super()._init()
-        self.BITS_BY_LENGTH = self._params["code"] == "fixed"     # F·m + d·width; Elias: the levels'
+        self._elias = self._params["code"] == "elias"
+        self.BITS_BY_LENGTH = not self._elias     # F·m + d·width; Elias: the levels'
 
     def omega(self, d: int) -> float:
         b = self.bucket_size(d)
@@ -138,13 +146,15 @@ class QSGD(BucketDither):
 
     def _decode(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float, accumulate: bool) -> None:
         """Check the payload and decode it into ``out`` (``accumulate``: out += weight·value) — the
-        header and length here, the bucket norms and the levels inside :func:`qsgd_checked_decode`
-        (one kernel call: the checks of :meth:`BucketDither._checked_scales`, same order, same
-        messages; ``out`` untouched when the payload is invalid)."""
+        header, the length, the bucket norms and the levels inside :func:`qsgd_checked_decode` (one
+        kernel call: the checks of :meth:`Compressor._check_payload` and
+        :meth:`BucketDither._checked_scales`, same order, same messages; ``out`` untouched when the
+        payload is invalid)."""
         m, body, b = self._layout(d)
-        self._check_payload(payload, d, body)
-        bad = qsgd_checked_decode(payload, wire.HEADER_BYTES, m, self._fp64, self.s, d, b, self._width,
-                                  out, weight, accumulate)
+        bad = qsgd_checked_decode(payload, self._header_array(d), wire.HEADER_BYTES + body, m, self._fp64,
+                                  self.s, d, b, self._width, out, weight, accumulate)
+        if bad == BAD_HEADER:
+            self._check_payload(payload, d, body)           # raises the header's or the length's message
         if bad == BAD_NORM:
             raise PayloadError(f"{self.name}: corrupted payload: invalid bucket norm")
         if bad == BAD_LEVEL:
@@ -152,24 +162,24 @@ class QSGD(BucketDither):
 
     # code=elias: same levels (kernels.dither), Elias-coded (hpcgc.compressors.qsgd_elias)
     def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
-        if self._params["code"] == "elias":
+        if self._elias:
             return qsgd_elias.compress(self, x, seed)
         return super()._compress(x, seed)
 
     def model_bits(self, payload, d: int) -> int:
-        if self._params["code"] == "elias":
+        if self._elias:
             return qsgd_elias.model_bits(self, payload, d)
         return super().model_bits(payload, d)
 
     def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
-        if self._params["code"] == "elias":
+        if self._elias:
             return qsgd_elias.decompress(self, payload, d)
         out = np.empty(d)
         self._decode(payload, d, out, 1.0, False)
         return out
 
     def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
-        if self._params["code"] == "elias":
+        if self._elias:
             return qsgd_elias.decompress_add(self, payload, d, out, weight)
         self._decode(payload, d, out, weight, True)
 
@@ -179,20 +189,27 @@ FIELDS_KIND = 2
 simd.register_row_values(FIELDS_KIND, _qsgd_row_values)
 
 
-BAD_NORM, BAD_LEVEL = 1, 2
+BAD_NORM, BAD_LEVEL, BAD_HEADER = 1, 2, 3
 """What :func:`qsgd_checked_decode` returns for an invalid payload (0: decoded)."""
 
 
 @njit(cache=True)
-def qsgd_checked_decode(src, scale_offset, m, fp64, s, d, bucket, width, out, weight, accumulate):
-    """Check and decode the body of a fixed-width qsgd payload whose header and length were checked:
-    the m bucket norms at ``src[scale_offset:]`` (little-endian float32, or float64 with ``fp64``)
+def qsgd_checked_decode(src, head, length, m, fp64, s, d, bucket, width, out, weight, accumulate):
+    """Check and decode a fixed-width qsgd payload: it must be ``length`` bytes long and start with
+    the header bytes ``head`` (else BAD_HEADER: the caller names the mismatch); the m bucket norms
+    after the header (little-endian float32, or float64 with ``fp64``)
     must be finite and ≥ 0 (else BAD_NORM), every level ≤ s (else BAD_LEVEL: the d fields that
     follow the norms, each ``width`` bits, level << 1 | sign); only then are they decoded,
     value = ±level·norm/s (:func:`.kernels.wire.blocked_decode`; ``accumulate``: out += weight·value)
     and 0 returned — an invalid payload leaves ``out`` untouched. The norms are assembled from their
     bytes (any alignment). FIELDS_KIND is a compile-time constant here, so the literal dispatch
     costs nothing per call."""
+    if src.shape[0] != length:
+        return BAD_HEADER
+    scale_offset = head.shape[0]
+    for t in range(scale_offset):
+        if src[t] != head[t]:
+            return BAD_HEADER
     nb = 8 if fp64 else 4
     raw = np.zeros(m, dtype=np.uint64)
     for l in range(m):

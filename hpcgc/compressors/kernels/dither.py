@@ -26,6 +26,7 @@ from llvmlite import ir
 from numba import literally, njit
 
 from . import simd
+from .norms import OK, scaled_payload
 from .prng import TWO32, uniforms32
 from .simd import LANES, fields_row, pack_row, row_param
 from .wire import CHUNK, FIELD_BLOCK, pack_fields, row_words
@@ -216,3 +217,14 @@ def qsgd_pack(x, bucket, scales, s, width, seed, out, offset):
         dither_pack(x, bucket, scales, s, width, seed, out, offset, QSGD)
     else:
         dither_pack(x, bucket, scales, s, width, seed, out, offset, QSGD_WIDE)
+
+
+@njit(cache=True)
+def qsgd_encode(x, bucket, norms, l2, s, width, seed, fp64, head, body):
+    """A whole fixed-width qsgd payload in one call: :func:`.norms.scaled_payload` (header, bucket
+    norms rounded up to the wire's scales) then :func:`qsgd_pack` of the fields after them.
+    Returns (payload, status) as :func:`.norms.scaled_payload` (no fields written unless OK)."""
+    payload, status = scaled_payload(x, bucket, norms, l2, fp64, head, body)
+    if status == OK:
+        qsgd_pack(x, bucket, norms, s, width, seed, payload, head.shape[0] + norms.shape[0] * (8 if fp64 else 4))
+    return payload, status

@@ -129,3 +129,48 @@ def block_norms_linf(x: np.ndarray, block: int, norms: np.ndarray) -> None:
 
 def n_blocks(d: int, block: int) -> int:
     return -(-d // block)
+
+
+OK, NONFINITE, OVERFLOW = 0, 1, 2
+"""What :func:`scaled_payload` reports: written; a block norm is non-finite (NaN/Inf in x);
+a finite norm overflows float32 on rounding up (only without ``fp64``)."""
+
+
+@njit(cache=True)
+def scaled_payload(x, block, norms, l2, fp64, head, body):
+    """The front half of a block-scaled compressor in one call: with ``l2`` the m block ℓ2 norms of
+    x (:func:`block_norms_l2`; else ``norms`` holds the caller's), each rounded up to the smallest
+    float32 ≥ it (kept as is with ``fp64``) *in place* — the scales as sent, so every probability
+    |x_i|/scale ≤ 1 —, and a new payload of ``len(head) + body`` bytes: the header bytes ``head``,
+    then the m scales (little-endian float32, or float64), the rest uninitialised. Returns
+    (payload, status): status OK, NONFINITE or OVERFLOW (then the payload is empty). The rounding
+    is :func:`hpcgc.compressors.base.round_up_float32`'s: round to nearest, then the next float32
+    up if that fell below."""
+    if l2:
+        block_norms_l2(x, block, norms)
+    m = norms.shape[0]
+    for l in range(m):
+        if not np.isfinite(norms[l]):
+            return np.empty(0, dtype=np.uint8), NONFINITE
+    nb = 8 if fp64 else 4
+    bits = np.empty(m, dtype=np.uint64)
+    if fp64:
+        bits[:] = norms.view(np.uint64)
+    else:
+        f32 = norms.astype(np.float32)             # round to nearest (inf above the float32 range)
+        u32 = f32.view(np.uint32)
+        for l in range(m):
+            if np.float64(f32[l]) < norms[l]:      # v ≥ 0: the next float32 up is the bit pattern + 1
+                u32[l] += np.uint32(1)
+            norms[l] = np.float64(f32[l])
+            if not np.isfinite(norms[l]):
+                return np.empty(0, dtype=np.uint8), OVERFLOW
+            bits[l] = np.uint64(u32[l])
+    h = head.shape[0]
+    payload = np.empty(h + body, dtype=np.uint8)
+    payload[:h] = head
+    for l in range(m):
+        w = bits[l]
+        for t in range(nb):
+            payload[h + nb * l + t] = np.uint8((w >> np.uint64(8 * t)) & np.uint64(0xFF))
+    return payload, OK
