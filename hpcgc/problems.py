@@ -117,6 +117,9 @@ class Objective:
         self.l2 = float(l2)
         self.l1 = float(l1)
         self.d = self.A.shape[1]
+        self._sparse = issparse(self.A)
+        self._code = CODES[kind]                 # the loss's kernel code
+        self._AT = None if self._sparse else self.A.T     # the transposed view, made once
 
     @property
     def kernels(self) -> tuple:
@@ -156,13 +159,14 @@ class Objective:
         shard's gradient is one kernel (:func:`hpcgc.losses.csr_grad`, the same bits as the scipy
         products); a dense shard's uses BLAS for the two products and two kernels for the rest
         (:func:`hpcgc.losses.dloss_into`, :func:`hpcgc.losses.add_l2`: numpy's bits)."""
-        A, y, w = self.A, self.y, self.w
+        A, y, w, AT = self.A, self.y, self.w, self._AT
         if rows is not None:
             A, y = A[rows], y[rows]
+            AT = None if self._sparse else A.T
             w = w[rows] * (w.shape[0] / len(rows))    # so that E[grad over a uniform batch] = full gradient
-        if issparse(A):
+        if self._sparse:
             out = np.empty(self.d)
-            csr_grad(CODES[self.kind], unsigned(A.indptr), unsigned(A.indices), A.data,
+            csr_grad(self._code, unsigned(A.indptr), unsigned(A.indices), A.data,
                      np.ascontiguousarray(x, dtype=np.float64), y, w, self.l2, out)
             return out
         if numba_config.USING_SVML:            # numba might vectorise exp with SVML's: numpy's bits instead
@@ -171,8 +175,8 @@ class Objective:
         if type(x) is not np.ndarray or x.dtype.char != "d":
             x = np.asarray(x, dtype=np.float64)
         t = A @ x
-        dloss_into(CODES[self.kind], t, y, w)          # t ← w·ℓ'(t, y), numpy's operations in order
-        g = A.T @ t
+        dloss_into(self._code, t, y, w)                # t ← w·ℓ'(t, y), numpy's operations in order
+        g = AT @ t
         add_l2(g, x, self.l2)
         return g
 

@@ -43,8 +43,8 @@ LEDGER = ("Gather", "Gatherv", "Bcast", "Allgather", "Allgatherv", "Allreduce")
 """The collectives of the bit ledger, in the order of ``Transport.ledger``."""
 
 
-def wtime() -> float:
-    return MPI.Wtime()
+wtime = MPI.Wtime
+"""MPI's wall clock (seconds): the phase timers' clock — the C function itself, no Python frame."""
 
 
 def library_version() -> str:
@@ -69,6 +69,7 @@ class Transport:
         self._len = np.zeros(1, dtype=np.int32)
         self._counts = np.zeros(self.size, dtype=np.int32)
         self._displs = np.zeros(self.size, dtype=np.int64)
+        self._heads, self._tails = self._counts[:-1], self._displs[1:]   # displs[1:] = running sum of counts[:-1]
         self._recv = np.zeros(1 << 16, dtype=np.uint8)
         self._down_head = np.zeros(DOWN_HEADER_BYTES // 4, dtype=np.int32)   # downlink length, control word
         self._down = np.zeros(1 << 16, dtype=np.uint8)
@@ -100,8 +101,8 @@ class Transport:
         return payload
 
     def _layout(self) -> int:
-        self._counts[:-1].cumsum(out=self._displs[1:])      # the method: no np.cumsum dispatch per call
-        total = int(self._displs[-1] + self._counts[-1])
+        np.add.accumulate(self._heads, out=self._tails)     # the ufunc on kept views: ≈ 0.3 µs (cumsum: 1.5)
+        total = int(self._displs[-1]) + int(self._counts[-1])
         if total > self._recv.size:
             self._recv = np.zeros(max(total, 2 * self._recv.size), dtype=np.uint8)
         return total

@@ -1500,30 +1500,31 @@ def test_scalar_float32_round_up_is_the_array_rounding():
     assert np.array_equal(np.array([round_up_float32(float(a)) for a in v]), want, equal_nan=True)
 
 
-def test_scaled_payload_kernel_rounds_and_writes_as_the_array_rounding():
-    """kernels.norms.scaled_payload (the block compressors' front half in one call) rounds each
+def test_write_scales_kernel_rounds_and_writes_as_the_array_rounding():
+    """kernels.norms.write_scales (the block compressors' front half in one call) rounds each
     block norm up to float32 exactly as wire.round_up_to_float32 does, writes the header and the
     scales little-endian, and reports non-finite norms (NaN/Inf) and float32 overflow apart."""
     from hpcgc.compressors.kernels import wire
-    from hpcgc.compressors.kernels.norms import NONFINITE, OK, OVERFLOW, block_norms_l2, scaled_payload
+    from hpcgc.compressors.kernels.norms import NONFINITE, OK, OVERFLOW, block_norms_l2, write_scales
     rng = np.random.default_rng(1)
     v = np.abs(np.concatenate([rng.standard_normal(20000) * 10.0 ** rng.uniform(-320, 38, 20000),
                                [0.0, 3.4028234663852886e38, 1e-46, 5e-324, 2.0 ** -149]]))
     head = np.arange(1, 9, dtype=np.uint8)
     want = wire.round_up_to_float32(v)
     norms = v.copy()
-    p, status = scaled_payload(v, 1, norms, False, False, head, 4 * v.size + 3)
-    assert status == OK and p.size == 8 + 4 * v.size + 3 and np.array_equal(p[:8], head)
+    p = np.full(8 + 4 * v.size + 3, 7, dtype=np.uint8)
+    assert write_scales(v, 1, norms, False, False, head, p) == OK
+    assert np.array_equal(p[:8], head) and np.array_equal(p[-3:], [7, 7, 7])     # the rest untouched
     assert np.array_equal(norms, want)
     assert np.array_equal(p[8:8 + 4 * v.size].view("<f4").astype(np.float64), want)
     for big in (3.4028236e38, 1e300):                       # rounds above the float32 range
-        assert scaled_payload(v, 1, np.array([1.0, big]), False, False, head, 8)[1] == OVERFLOW
+        assert write_scales(v, 1, np.array([1.0, big]), False, False, head, p) == OVERFLOW
     x = rng.standard_normal(100)
     ref = np.empty(4)
     block_norms_l2(x, 30, ref)
     norms = np.empty(4)
-    p, status = scaled_payload(x, 30, norms, True, True, head, 32)     # fp64: the norms as they are
-    assert status == OK and np.array_equal(norms, ref) and np.array_equal(p[8:40].view("<f8"), ref)
+    p = np.empty(40, dtype=np.uint8)
+    assert write_scales(x, 30, norms, True, True, head, p) == OK          # fp64: the norms as they are
+    assert np.array_equal(norms, ref) and np.array_equal(p[8:40].view("<f8"), ref)
     x[70] = np.inf
-    p, status = scaled_payload(x, 30, norms, True, False, head, 16)
-    assert status == NONFINITE and p.size == 0
+    assert write_scales(x, 30, norms, True, False, head, p) == NONFINITE

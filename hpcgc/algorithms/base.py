@@ -230,11 +230,22 @@ class Algorithm:
         return 8.0 * payload.size
 
     # the message (every collective)
+    @property
+    def codecs(self) -> list:
+        """``codecs[i]``: worker i's compressor prepared at d (:meth:`Compressor.prepared`, made
+        once): the loop's encode and add without per-call argument checks — ``worker_message``
+        and the states' arrays are contiguous float64 vectors of length d by construction."""
+        got = self.__dict__.get("_codecs")
+        if got is None:
+            got = self._codecs = [c.prepared(self.d) for c in self.compressors]
+        return got
+
     def worker_encode(self, state, rng) -> np.ndarray:
         """Compress ``worker_message`` into the payload bytes, then ``worker_sent`` with it decoded."""
-        c = self.compressors[state.i]
-        payload = c.compress(self.worker_message(state), rng)
-        self.worker_sent(state, lambda out, a: c.decompress_add(payload, self.d, out, a))
+        codec = self.codecs[state.i]
+        payload = codec.encode(self.worker_message(state), rng)
+        add = codec.add
+        self.worker_sent(state, lambda out, a: add(payload, out, a))
         return payload
 
     def worker_message(self, state) -> np.ndarray:

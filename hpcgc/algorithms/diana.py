@@ -222,9 +222,10 @@ class Diana(Algorithm):
 
     def server_step(self, state: ServerState, messages) -> np.ndarray:
         """``messages``: iterable of (worker index, payload bytes). Updates and returns state.x."""
-        state.m[:] = 0.0
+        m, codecs, weights = state.m, self.codecs, self.weights
+        m[:] = 0.0
         for i, payload in messages:
-            self.compressors[i].decompress_add(payload, self.d, state.m, self.weights[i])
+            codecs[i].add(payload, m, weights[i])
         return self._step(state)
 
     def server_reduced(self, state: ServerState, add_sum) -> np.ndarray:

@@ -180,7 +180,7 @@ class EF(ErrorFeedback):
         """x ← x − Σ_i w_i s_i C(e_i); ``messages``: (worker index, payload bytes)."""
         state.m[:] = 0.0
         for i, payload in messages:
-            self.compressors[i].decompress_add(payload, self.d, state.m, self.weights[i] * self.scales[i])
+            self.codecs[i].add(payload, state.m, self.weights[i] * self.scales[i])
         state.x -= state.m
         return state.x
 

@@ -21,14 +21,15 @@ import math
 import numbers
 import struct
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from ..errors import ConfigError, PayloadError
 from .kernels import wire
-from .kernels.norms import NONFINITE, block_norms_linf, nonfinite_flag, scaled_payload
+from .kernels.norms import NONFINITE, block_norms_linf, nonfinite_flag, write_scales
 from .kernels.norms import OK as SCALES_OK
 from .kernels.sparse import encode_indices, read_indices, scatter_scaled, write_index_stream
 
@@ -226,6 +227,13 @@ def _ready_payload(payload, d) -> bool:
             and payload.flags.c_contiguous and type(d) is int and 1 <= d <= wire.MAX_D)
 
 
+class Prepared(NamedTuple):
+    """A compressor bound to one dimension for a run's loop (:meth:`Compressor.prepared`)."""
+
+    encode: Callable        # (x, rng) -> payload: compress
+    add: Callable           # (payload, out, weight) -> None: out += weight * decompress(payload)
+
+
 class Compressor(ABC):
     """Abstract compressor: parameters, payload bytes in and out, ω and model bits.
 
@@ -382,6 +390,32 @@ class Compressor(ABC):
             raise TypeError(f"{self.name}: rng must be a numpy.random.Generator, got {type(rng).__name__}")
         return self._compress(x, draw_seed(rng))
 
+    # -- the runner's prepared path --------------------------------------------------------------
+    def prepared(self, d: int) -> Prepared:
+        """This compressor bound to dimension ``d`` for a run's loop: ``encode(x, rng)`` →
+        payload and ``add(payload, out, weight)`` (out += weight·value), the same bytes and values
+        as :meth:`compress` and :meth:`decompress_add`, without their per-call checks of the
+        *arguments* — d and the parameters are checked here, once; the caller passes contiguous
+        float64 arrays of length d (``x``, ``out``) and 1-D uint8 payloads. A payload's *contents*
+        (header, length, fields) are still checked on every ``add``: they came over the network."""
+        self.validate(d)
+        enc, add = self._bound(d)
+        return Prepared(lambda x, rng: enc(x, draw_seed(rng)), add)
+
+    def _bound(self, d: int) -> tuple:
+        """(encode(x, seed), add(payload, out, weight)) at dimension d, made once per d: by default
+        :meth:`_compress` and :meth:`_decompress_add`; a compressor whose kernels take layout
+        constants binds them here (and implements those two through it)."""
+        cache = self.__dict__.setdefault("_bound_at", {})
+        got = cache.get(d)
+        if got is None:
+            got = cache[d] = self._bind(d)
+        return got
+
+    def _bind(self, d: int) -> tuple:
+        """Hook of :meth:`_bound`: build the two callables for dimension d."""
+        return self._compress, (lambda payload, out, weight: self._decompress_add(payload, d, out, weight))
+
     def _as_input(self, x) -> np.ndarray:
         x = np.asarray(x)
         if x.ndim != 1:
@@ -481,20 +515,21 @@ class Compressor(ABC):
 
     def _compress_blocks(self, x: np.ndarray, b: int, m: int, body: int, what: str):
         """Shared front half of the block-scaled compressors: the m block ℓ_p norms of x (p = self.p,
-        block size b), checked and converted to wire scales; a new payload with the scales written
-        (:func:`.kernels.norms.scaled_payload`: one kernel call for ℓ2).
+        block size b), checked and converted to wire scales; a new payload with the header and the
+        scales written (:func:`.kernels.norms.write_scales`: one kernel call for ℓ2).
 
         ``what`` names the block in the float32-overflow error ("bucket" or "block").
         Returns (payload, scales, offset of the data after the scales).
         """
         norms, l2 = self._block_norms(x, b, m)
-        payload, status = scaled_payload(x, b, norms, l2, self._fp64, self._header_array(x.shape[0]), body)
+        payload = np.empty(wire.HEADER_BYTES + body, dtype=np.uint8)
+        status = write_scales(x, b, norms, l2, self._fp64, self._header_array(x.shape[0]), payload)
         if status != SCALES_OK:
             raise self._scales_error(x, status, what)
         return payload, norms, wire.HEADER_BYTES + m * self._scale_bytes
 
     def _block_norms(self, x: np.ndarray, b: int, m: int) -> tuple[np.ndarray, bool]:
-        """(norms, l2) for :func:`.kernels.norms.scaled_payload`: with p = 2 an empty array the
+        """(norms, l2) for :func:`.kernels.norms.write_scales`: with p = 2 an empty array the
         kernel fills (l2 = True); with p = ∞ the block max-norms, computed here."""
         norms = np.empty(m)
         if self.p == 2:
@@ -503,7 +538,7 @@ class Compressor(ABC):
         return norms, False
 
     def _scales_error(self, x: np.ndarray, status: int, what: str) -> ValueError:
-        """The ValueError of a :func:`.kernels.norms.scaled_payload` status other than OK."""
+        """The ValueError of a :func:`.kernels.norms.write_scales` status other than OK."""
         if status == NONFINITE:
             return self._nonfinite_error(x)
         return self._nonfinite_error(x, f"{what} norm (float32)")

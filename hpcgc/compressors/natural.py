@@ -50,7 +50,7 @@ from .base import FP64_PARAM, Compressor, DecodeInto, FixedKSparse, Param
 from .kernels import simd, wire
 from .kernels.dither import dither_pack
 from .kernels.norms import OK as SCALES_OK
-from .kernels.norms import max_abs_bits32, scaled_payload
+from .kernels.norms import max_abs_bits32, write_scales
 from .kernels.prng import GAMMA, mix64, state_at, uniform_at
 from .kernels.wire import CHUNK, le_word
 from .qsgd import BucketDither
@@ -451,14 +451,14 @@ def natural_dither_pack(x, bucket, scales, s, width, seed, out, offset):
 
 
 @njit(cache=True)
-def natural_dither_encode(x, bucket, norms, l2, s, width, seed, fp64, head, body):
+def natural_dither_encode(x, bucket, norms, l2, s, width, seed, fp64, head, payload):
     """A whole natural-dither payload in one call (:func:`.kernels.dither.qsgd_encode`'s shape:
-    :func:`.kernels.norms.scaled_payload`, then :func:`natural_dither_pack`)."""
-    payload, status = scaled_payload(x, bucket, norms, l2, fp64, head, body)
+    :func:`.kernels.norms.write_scales`, then :func:`natural_dither_pack`)."""
+    status = write_scales(x, bucket, norms, l2, fp64, head, payload)
     if status == SCALES_OK:
         natural_dither_pack(x, bucket, norms, s, width, seed, payload,
                             head.shape[0] + norms.shape[0] * (8 if fp64 else 4))
-    return payload, status
+    return status
 
 
 def _natural_dither_row_values(builder, f, sc, s):

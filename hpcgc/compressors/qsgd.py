@@ -54,8 +54,8 @@ class BucketDither(Compressor):
     s levels, ℓ_p bucket norms as scales, then d fixed-width fields (sign + level).
 
     Subclasses set ``_encode = staticmethod(kernel)``, the numba kernel
-    ``(x, bucket, norms, l2, s, width, seed, fp64, head, body) -> (payload, status)`` that writes a
-    whole payload: :func:`.kernels.norms.scaled_payload`, then the dithered fields packed after the
+    ``(x, bucket, norms, l2, s, width, seed, fp64, head, payload) -> status`` that writes a
+    whole payload: :func:`.kernels.norms.write_scales`, then the dithered fields packed after the
     scales (e.g. :func:`.kernels.dither.qsgd_encode`)."""
 
     _encode: staticmethod
@@ -89,14 +89,23 @@ class BucketDither(Compressor):
         return self._float_bits * m + d * self._width
 
     def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
-        d = x.shape[0]
+        return self._bound(x.shape[0])[0](x, seed)
+
+    def _bind(self, d: int) -> tuple:
+        """The encoder at dimension d: block norms (ℓ∞ here, ℓ2 in the kernel), a new payload, then
+        ``_encode`` writes header, scales and fields — one kernel call."""
         m, body, b = self._layout(d)
-        norms, l2 = self._block_norms(x, b, m)
-        payload, status = self._encode(x, b, norms, l2, self.s, self._width, seed, self._fp64,
-                                       self._header_array(d), body)
-        if status != SCALES_OK:
-            raise self._scales_error(x, status, "bucket")
-        return payload
+        head, n, s, width, fp64, encode = self._header_array(d), wire.HEADER_BYTES + body, self.s, self._width, \
+            self._fp64, self._encode
+
+        def enc(x, seed):
+            norms, l2 = self._block_norms(x, b, m)
+            payload = np.empty(n, dtype=np.uint8)
+            status = encode(x, b, norms, l2, s, width, seed, fp64, head, payload)
+            if status != SCALES_OK:
+                raise self._scales_error(x, status, "bucket")
+            return payload
+        return enc, super()._bind(d)[1]
 
     def _checked_scales(self, payload: np.ndarray, d: int, level: str) -> tuple[np.ndarray, int]:
         """Check the header, the bucket norms and the level fields; return (scales, data offset).
@@ -145,27 +154,34 @@ class QSGD(BucketDither):
         return min(b / self.s**2, math.sqrt(b) / self.s)
 
     def _decode(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float, accumulate: bool) -> None:
-        """Check the payload and decode it into ``out`` (``accumulate``: out += weight·value) — the
-        header, the length, the bucket norms and the levels inside :func:`qsgd_checked_decode` (one
-        kernel call: the checks of :meth:`Compressor._check_payload` and
-        :meth:`BucketDither._checked_scales`, same order, same messages; ``out`` untouched when the
-        payload is invalid)."""
+        """Check the payload and decode it into ``out`` (``accumulate``: out += weight·value): the
+        decoder bound at d (:meth:`_bind`)."""
+        self._bound(d)[1](payload, out, weight, accumulate)
+
+    def _bind(self, d: int) -> tuple:
+        """code=fixed: the encoder of :class:`BucketDither` and a decoder that checks the header, the
+        length, the bucket norms and the levels inside :func:`qsgd_checked_decode` (one kernel call:
+        the checks of :meth:`Compressor._check_payload` and :meth:`BucketDither._checked_scales`,
+        same order, same messages; ``out`` untouched when the payload is invalid). code=elias: its
+        own module's functions."""
+        if self._elias:
+            return (lambda x, seed: qsgd_elias.compress(self, x, seed),
+                    lambda payload, out, weight: qsgd_elias.decompress_add(self, payload, d, out, weight))
+        enc = super()._bind(d)[0]
         m, body, b = self._layout(d)
-        bad = qsgd_checked_decode(payload, self._header_array(d), wire.HEADER_BYTES + body, m, self._fp64,
-                                  self.s, d, b, self._width, out, weight, accumulate)
-        if bad == BAD_HEADER:
-            self._check_payload(payload, d, body)           # raises the header's or the length's message
-        if bad == BAD_NORM:
-            raise PayloadError(f"{self.name}: corrupted payload: invalid bucket norm")
-        if bad == BAD_LEVEL:
-            raise PayloadError(f"{self.name}: corrupted payload: quantization level above s={self.s}")
+        head, n, s, width, fp64 = self._header_array(d), wire.HEADER_BYTES + body, self.s, self._width, self._fp64
+
+        def add(payload, out, weight, accumulate=True):
+            bad = qsgd_checked_decode(payload, head, n, m, fp64, s, d, b, width, out, float(weight), accumulate)
+            if bad == BAD_HEADER:
+                self._check_payload(payload, d, body)       # raises the header's or the length's message
+            if bad == BAD_NORM:
+                raise PayloadError(f"{self.name}: corrupted payload: invalid bucket norm")
+            if bad == BAD_LEVEL:
+                raise PayloadError(f"{self.name}: corrupted payload: quantization level above s={self.s}")
+        return enc, add
 
     # code=elias: same levels (kernels.dither), Elias-coded (hpcgc.compressors.qsgd_elias)
-    def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
-        if self._elias:
-            return qsgd_elias.compress(self, x, seed)
-        return super()._compress(x, seed)
-
     def model_bits(self, payload, d: int) -> int:
         if self._elias:
             return qsgd_elias.model_bits(self, payload, d)
@@ -179,9 +195,7 @@ class QSGD(BucketDither):
         return out
 
     def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
-        if self._elias:
-            return qsgd_elias.decompress_add(self, payload, d, out, weight)
-        self._decode(payload, d, out, weight, True)
+        self._bound(d)[1](payload, out, weight)
 
 
 FIELDS_KIND = 2

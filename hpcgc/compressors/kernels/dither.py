@@ -26,7 +26,7 @@ from llvmlite import ir
 from numba import literally, njit
 
 from . import simd
-from .norms import OK, scaled_payload
+from .norms import OK, write_scales
 from .prng import TWO32, uniforms32
 from .simd import LANES, fields_row, pack_row, row_param
 from .wire import CHUNK, FIELD_BLOCK, pack_fields, row_words
@@ -220,11 +220,11 @@ def qsgd_pack(x, bucket, scales, s, width, seed, out, offset):
 
 
 @njit(cache=True)
-def qsgd_encode(x, bucket, norms, l2, s, width, seed, fp64, head, body):
-    """A whole fixed-width qsgd payload in one call: :func:`.norms.scaled_payload` (header, bucket
-    norms rounded up to the wire's scales) then :func:`qsgd_pack` of the fields after them.
-    Returns (payload, status) as :func:`.norms.scaled_payload` (no fields written unless OK)."""
-    payload, status = scaled_payload(x, bucket, norms, l2, fp64, head, body)
+def qsgd_encode(x, bucket, norms, l2, s, width, seed, fp64, head, payload):
+    """A whole fixed-width qsgd payload in one call, into ``payload``: :func:`.norms.write_scales`
+    (header, bucket norms rounded up to the wire's scales) then :func:`qsgd_pack` of the fields
+    after them. Returns the status of :func:`.norms.write_scales` (no fields written unless OK)."""
+    status = write_scales(x, bucket, norms, l2, fp64, head, payload)
     if status == OK:
         qsgd_pack(x, bucket, norms, s, width, seed, payload, head.shape[0] + norms.shape[0] * (8 if fp64 else 4))
-    return payload, status
+    return status

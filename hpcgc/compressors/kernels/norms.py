@@ -132,26 +132,26 @@ def n_blocks(d: int, block: int) -> int:
 
 
 OK, NONFINITE, OVERFLOW = 0, 1, 2
-"""What :func:`scaled_payload` reports: written; a block norm is non-finite (NaN/Inf in x);
+"""What :func:`write_scales` reports: written; a block norm is non-finite (NaN/Inf in x);
 a finite norm overflows float32 on rounding up (only without ``fp64``)."""
 
 
 @njit(cache=True)
-def scaled_payload(x, block, norms, l2, fp64, head, body):
+def write_scales(x, block, norms, l2, fp64, head, payload):
     """The front half of a block-scaled compressor in one call: with ``l2`` the m block ℓ2 norms of
     x (:func:`block_norms_l2`; else ``norms`` holds the caller's), each rounded up to the smallest
     float32 ≥ it (kept as is with ``fp64``) *in place* — the scales as sent, so every probability
-    |x_i|/scale ≤ 1 —, and a new payload of ``len(head) + body`` bytes: the header bytes ``head``,
-    then the m scales (little-endian float32, or float64), the rest uninitialised. Returns
-    (payload, status): status OK, NONFINITE or OVERFLOW (then the payload is empty). The rounding
-    is :func:`hpcgc.compressors.base.round_up_float32`'s: round to nearest, then the next float32
-    up if that fell below."""
+    |x_i|/scale ≤ 1 —, written into ``payload`` after the header bytes ``head`` (little-endian
+    float32, or float64); the rest of the payload is left to the caller. Returns OK, NONFINITE or
+    OVERFLOW (then the payload holds nothing valid). The rounding is
+    :func:`hpcgc.compressors.base.round_up_float32`'s: round to nearest, then the next float32 up
+    if that fell below."""
     if l2:
         block_norms_l2(x, block, norms)
     m = norms.shape[0]
     for l in range(m):
         if not np.isfinite(norms[l]):
-            return np.empty(0, dtype=np.uint8), NONFINITE
+            return NONFINITE
     nb = 8 if fp64 else 4
     bits = np.empty(m, dtype=np.uint64)
     if fp64:
@@ -164,13 +164,12 @@ def scaled_payload(x, block, norms, l2, fp64, head, body):
                 u32[l] += np.uint32(1)
             norms[l] = np.float64(f32[l])
             if not np.isfinite(norms[l]):
-                return np.empty(0, dtype=np.uint8), OVERFLOW
+                return OVERFLOW
             bits[l] = np.uint64(u32[l])
     h = head.shape[0]
-    payload = np.empty(h + body, dtype=np.uint8)
     payload[:h] = head
     for l in range(m):
         w = bits[l]
         for t in range(nb):
             payload[h + nb * l + t] = np.uint8((w >> np.uint64(8 * t)) & np.uint64(0xFF))
-    return payload, OK
+    return OK
