@@ -1528,3 +1528,30 @@ def test_write_scales_kernel_rounds_and_writes_as_the_array_rounding():
     assert np.array_equal(norms, ref) and np.array_equal(p[8:40].view("<f8"), ref)
     x[70] = np.inf
     assert write_scales(x, 30, norms, True, False, head, p) == NONFINITE
+
+
+def test_prepared_codec_is_compress_and_decompress_add_and_copies_rebind():
+    """Compressor.prepared(d) gives the bytes of compress and the values of decompress_add (the
+    runner's path), still checks a payload's contents, and a copy of a compressor that was
+    prepared binds its own kernels (the bound callables are not copied with it)."""
+    import copy
+    for spec in ("qsgd:s=2", "qsgd:bucket=8,p=inf", "qsgd:code=elias", "natural-dither", "randk:k=5", "topk:k=3"):
+        c = compressors.make(spec)
+        codec = c.prepared(30)
+        x = np.random.default_rng(3).standard_normal(30)
+        p = codec.encode(x, np.random.default_rng(7))
+        assert np.array_equal(p, c.compress(x, np.random.default_rng(7)))
+        a, b = np.ones(30), np.ones(30)
+        codec.add(p, a, 0.25)
+        c.decompress_add(p, 30, b, 0.25)
+        assert np.array_equal(a, b)
+        bad = p.copy()
+        bad[2] ^= 0xFF                                      # fingerprint
+        with pytest.raises(PayloadError):
+            codec.add(bad, a, 1.0)
+        with pytest.raises(PayloadError):
+            codec.add(p[:-1], a, 1.0)
+        assert np.array_equal(a, b)                         # untouched by the invalid payloads
+        assert "_codecs_at" not in copy.copy(c).__dict__
+    with pytest.raises(ConfigError):
+        compressors.make("randk:k=40").prepared(30)        # the parameters against d, once

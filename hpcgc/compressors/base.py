@@ -399,21 +399,28 @@ class Compressor(ABC):
         float64 arrays of length d (``x``, ``out``) and 1-D uint8 payloads. A payload's *contents*
         (header, length, fields) are still checked on every ``add``: they came over the network."""
         self.validate(d)
-        enc, add = self._bound(d)
+        enc, add = self._codec_at(d)
         return Prepared(lambda x, rng: enc(x, draw_seed(rng)), add)
 
-    def _bound(self, d: int) -> tuple:
+    def _codec_at(self, d: int) -> tuple:
         """(encode(x, seed), add(payload, out, weight)) at dimension d, made once per d: by default
         :meth:`_compress` and :meth:`_decompress_add`; a compressor whose kernels take layout
         constants binds them here (and implements those two through it)."""
-        cache = self.__dict__.setdefault("_bound_at", {})
+        cache = self.__dict__.setdefault("_codecs_at", {})
         got = cache.get(d)
         if got is None:
-            got = cache[d] = self._bind(d)
+            got = cache[d] = self._make_codec(d)
         return got
 
-    def _bind(self, d: int) -> tuple:
-        """Hook of :meth:`_bound`: build the two callables for dimension d."""
+    def __getstate__(self) -> dict:
+        """Copies (``copy.copy``: the smoothness-aware compressors' bound variants) and pickles leave
+        out the bound callables of :meth:`_codec_at`: they close over *this* instance."""
+        state = dict(self.__dict__)
+        state.pop("_codecs_at", None)
+        return state
+
+    def _make_codec(self, d: int) -> tuple:
+        """Hook of :meth:`_codec_at`: build the two callables for dimension d."""
         return self._compress, (lambda payload, out, weight: self._decompress_add(payload, d, out, weight))
 
     def _as_input(self, x) -> np.ndarray:

@@ -89,9 +89,9 @@ class BucketDither(Compressor):
         return self._float_bits * m + d * self._width
 
     def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
-        return self._bound(x.shape[0])[0](x, seed)
+        return self._codec_at(x.shape[0])[0](x, seed)
 
-    def _bind(self, d: int) -> tuple:
+    def _make_codec(self, d: int) -> tuple:
         """The encoder at dimension d: block norms (ℓ∞ here, ℓ2 in the kernel), a new payload, then
         ``_encode`` writes header, scales and fields — one kernel call."""
         m, body, b = self._layout(d)
@@ -105,7 +105,7 @@ class BucketDither(Compressor):
             if status != SCALES_OK:
                 raise self._scales_error(x, status, "bucket")
             return payload
-        return enc, super()._bind(d)[1]
+        return enc, super()._make_codec(d)[1]
 
     def _checked_scales(self, payload: np.ndarray, d: int, level: str) -> tuple[np.ndarray, int]:
         """Check the header, the bucket norms and the level fields; return (scales, data offset).
@@ -155,10 +155,10 @@ class QSGD(BucketDither):
 
     def _decode(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float, accumulate: bool) -> None:
         """Check the payload and decode it into ``out`` (``accumulate``: out += weight·value): the
-        decoder bound at d (:meth:`_bind`)."""
-        self._bound(d)[1](payload, out, weight, accumulate)
+        decoder bound at d (:meth:`_make_codec`)."""
+        self._codec_at(d)[1](payload, out, weight, accumulate)
 
-    def _bind(self, d: int) -> tuple:
+    def _make_codec(self, d: int) -> tuple:
         """code=fixed: the encoder of :class:`BucketDither` and a decoder that checks the header, the
         length, the bucket norms and the levels inside :func:`qsgd_checked_decode` (one kernel call:
         the checks of :meth:`Compressor._check_payload` and :meth:`BucketDither._checked_scales`,
@@ -167,7 +167,7 @@ class QSGD(BucketDither):
         if self._elias:
             return (lambda x, seed: qsgd_elias.compress(self, x, seed),
                     lambda payload, out, weight: qsgd_elias.decompress_add(self, payload, d, out, weight))
-        enc = super()._bind(d)[0]
+        enc = super()._make_codec(d)[0]
         m, body, b = self._layout(d)
         head, n, s, width, fp64 = self._header_array(d), wire.HEADER_BYTES + body, self.s, self._width, self._fp64
 
@@ -195,7 +195,7 @@ class QSGD(BucketDither):
         return out
 
     def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
-        self._bound(d)[1](payload, out, weight)
+        self._codec_at(d)[1](payload, out, weight)
 
 
 FIELDS_KIND = 2
