@@ -125,7 +125,7 @@ class Objective:
     def kernels(self) -> tuple:
         """Warm-up functions of the numba kernels :meth:`grad` calls (``warm_jit``): the sparse
         gradient's for a CSR shard, the derivative's and the l2 term's for a dense one."""
-        if issparse(self.A):
+        if self._sparse:
             return (warm_losses,)
         return () if numba_config.USING_SVML else (warm_dense_losses,)
 
@@ -170,7 +170,7 @@ class Objective:
                      np.ascontiguousarray(x, dtype=np.float64), y, w, self.l2, out)
             return out
         if numba_config.USING_SVML:            # numba might vectorise exp with SVML's: numpy's bits instead
-            g = A.T @ self._dloss(A @ x, y, w)
+            g = AT @ self._dloss(A @ x, y, w)
             return np.asarray(g, dtype=np.float64).ravel() + self.l2 * x
         if type(x) is not np.ndarray or x.dtype.char != "d":
             x = np.asarray(x, dtype=np.float64)

@@ -62,6 +62,7 @@ Algorithms know nothing of MPI or HDF5.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -230,15 +231,12 @@ class Algorithm:
         return 8.0 * payload.size
 
     # the message (every collective)
-    @property
+    @functools.cached_property
     def codecs(self) -> list:
         """``codecs[i]``: worker i's compressor prepared at d (:meth:`Compressor.prepared`, made
         once): the loop's encode and add without per-call argument checks — ``worker_message``
         and the states' arrays are contiguous float64 vectors of length d by construction."""
-        got = self.__dict__.get("_codecs")
-        if got is None:
-            got = self._codecs = [c.prepared(self.d) for c in self.compressors]
-        return got
+        return [c.prepared(self.d) for c in self.compressors]
 
     def worker_encode(self, state, rng) -> np.ndarray:
         """Compress ``worker_message`` into the payload bytes, then ``worker_sent`` with it decoded."""

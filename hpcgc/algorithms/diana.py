@@ -28,9 +28,9 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..problems import prox_l1
-from . import kernels as step_kernels
 from .base import LEARNING_RATE, NO_CONSTANT, SMOOTH, STRONGLY_CONVEX, Algorithm, learning_rate
 from .kernels import shifted_step
+from .kernels import warm as warm_step
 
 
 @dataclass
@@ -137,7 +137,7 @@ class Diana(Algorithm):
     collectives = ("gather", "allreduce", "allgather")
     nonconvex_ok = True
     steps_in_place = True              # _step: state.x -= …, returns state.x
-    kernels = (step_kernels.warm,)
+    kernels = (warm_step,)
     step_rules = {k: v[0] for k, v in STEP_RULES.items()}
     auto_rules = {STRONGLY_CONVEX: "flpytorch", SMOOTH: "horvath-thm4", NO_CONSTANT: LEARNING_RATE}
 

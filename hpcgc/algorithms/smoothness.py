@@ -46,9 +46,9 @@ import numpy as np
 from .. import smoothness
 from ..errors import ConfigError, PayloadError
 from ..problems import prox_l1
-from . import kernels as step_kernels
 from .base import Algorithm
 from .kernels import shifted_step
+from .kernels import warm as warm_step
 
 SETUP_MAGIC = b"SM+1"
 _HEAD = np.dtype([("magic", "S4"), ("kind", "u1"), ("pad", "u1", 3), ("d", "<u4"), ("n_matrix", "<u4"),
@@ -103,7 +103,7 @@ class DianaPlus(Algorithm):
     """DIANA+ (Wang, Safaryan, Richtárik 2022, Algorithm 2): DIANA with C_i⁺ = S_i Q_i(S_i^- ·)."""
 
     name = "diana+"
-    kernels = (step_kernels.warm,)
+    kernels = (warm_step,)
     method = "diana"
     learns_shifts = True
     needs_unbiased = True
