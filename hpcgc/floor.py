@@ -26,10 +26,22 @@ iteration loop); a rank's floor is the median of its batch means, the run's floo
 over ranks (every rank of a synchronous iteration waits for the slowest). The batch length is
 chosen from the warm-up (``seconds`` in all, agreed by all ranks). This traffic is measurement:
 never in the bit ledger or the phase timers.
+
+**Collectives + kernels** (``floor_kernels_seconds``, ``floor_ratio_kernels``; ``gather`` only):
+the floor above plus the method's own kernels, each timed alone in a tight loop on copies of the
+finished run's state — on every worker rank the gradient and the message (``worker_compute`` +
+``worker_encode``: Δ = g − h, the encode, the worker's own decode into its shift), on rank 0 the
+server step on the workers' real last messages (``server_step``: n decode-adds and the step). Per
+iteration that is the slowest rank's worker kernels plus rank 0's server step (a synchronous
+iteration waits for both). It is what a hand-written loop with the same kernels and collectives
+could not go below (``scripts/handwritten-loop.py``); hpcgc's median iteration over it is the ratio
+``docs/performance.md`` quotes. The copies leave the run's results untouched.
 """
 from __future__ import annotations
 
+import copy
 import math
+import time
 
 import numpy as np
 
@@ -64,24 +76,100 @@ def measure(transport, ops, seconds: float = SECONDS, batches: int = BATCHES, wa
     return float(transport.allreduce_max(float(np.median(means))))
 
 
-def run_floor(run, transport, done: int, **kw) -> dict:
-    """The floor of a finished run: ``{"floor_seconds", "floor_collectives"}`` (NaN and '' when no
-    iteration was done). Collective."""
+def _per_call(f, seconds: float, batches: int = BATCHES) -> float:
+    """Median over ``batches`` batches of the seconds per call of ``f(i)`` (``i``: the call's index in
+    its batch; ``f(-1)`` before each batch, untimed, restores its inputs)."""
+    f(-1)
+    t0 = time.perf_counter()
+    f(0)
+    est = max(time.perf_counter() - t0, 1e-7)
+    per_batch = max(1, min(10_000, int(seconds / batches / est)))
+    means = []
+    for _ in range(batches):
+        f(-1)
+        t0 = time.perf_counter()
+        for i in range(per_batch):
+            f(i)
+        means.append((time.perf_counter() - t0) / per_batch)
+    return float(np.median(means))
+
+
+def kernels(run, transport, state, seconds: float = SECONDS) -> float:
+    """Seconds per iteration of the run's own kernels alone (see the module doc): the slowest
+    worker's gradient + message, plus rank 0's server step on the workers' last messages. NaN
+    unless the run used ``gather``, and for a method whose step does not replay on copies (MARINA's
+    rounds, whose message kind depends on a coin the copies do not share). Works on copies of ``state`` = (ws, ss, x, local, rng).
+    Collective."""
+    ws, ss, x, local, rng = state
+    if run.r["collective"] != "gather":
+        return math.nan
+    alg = run.alg
+    payload, worker = None, 0.0
+    if ws is not None:
+        box = {}
+
+        def work(i):
+            if i < 0:
+                box.update(ws=copy.deepcopy(ws), x=np.array(x), rng=copy.deepcopy(rng))
+                return
+            alg.worker_compute(box["ws"], box["x"], local, box["rng"])
+            box["p"] = alg.worker_encode(box["ws"], box["rng"])
+        try:
+            worker = _per_call(work, seconds / 2)
+            payload = np.array(box["p"], copy=True)
+        except Exception:       # noqa: BLE001 — a method whose copies do not replay (say so: NaN)
+            worker = math.nan
+    failed = transport.allreduce_max(0.0 if math.isfinite(worker) else 1.0)
+    worker = transport.allreduce_max(worker if math.isfinite(worker) else 0.0)
+    payloads = transport.gather_object(payload)                 # rank 0: every rank's (None: no worker)
+    server = 0.0
+    if failed:
+        server = math.nan
+    elif transport.is_root and ss is not None:
+        me = {rk: i for i, rk in enumerate(run.s.worker_ranks)}
+        msgs = [(me[rk], p) for rk, p in enumerate(payloads) if p is not None and rk in me]
+        sbox = {}
+
+        def step(i):
+            if i < 0:
+                sbox["ss"] = copy.deepcopy(ss)
+                return
+            alg.server_step(sbox["ss"], msgs)
+        try:
+            server = _per_call(step, seconds / 2)
+        except Exception:       # noqa: BLE001 — e.g. MARINA: the copy's message is not the round's kind
+            server = math.nan
+    return float(worker + transport.bcast_object(server))
+
+
+def run_floor(run, transport, done: int, state=None, **kw) -> dict:
+    """The floor of a finished run: ``{"floor_seconds", "floor_collectives"}`` and, given the run's
+    ``state`` = (ws, ss, x, local, rng), ``floor_kernels_seconds`` (collectives + kernels; NaN and ''
+    when no iteration was done). Collective."""
     if done < 1:
-        return {"floor_seconds": math.nan, "floor_collectives": ""}
+        return {"floor_seconds": math.nan, "floor_collectives": "", "floor_kernels_seconds": math.nan}
     ops = plan(run.ex, transport, done, run.s.d)
     text = transport.bcast_object(describe(ops))            # rank 0's sequence names the run's
-    return {"floor_seconds": measure(transport, ops, **kw), "floor_collectives": text}
+    out = {"floor_seconds": measure(transport, ops, **kw), "floor_collectives": text}
+    if state is not None:
+        out["floor_kernels_seconds"] = out["floor_seconds"] + kernels(run, transport, state,
+                                                                     kw.get("seconds", SECONDS))
+    return out
 
 
 def table(summaries) -> str:
     """The floor table printed by ``python -m hpcgc.bench floor``."""
     from .bench import RUN_HEAD, floor_columns, floor_head, run_columns
-    head = f"{RUN_HEAD} {'iters':>6} {floor_head('ratio')}  collectives per iteration (rank 0)"
+    head = (f"{RUN_HEAD} {'iters':>6} {floor_head('ratio')} {'+kernels(ms)':>12} {'ratio':>7}"
+            "  collectives per iteration (rank 0)")
     lines = ["# floor: the run's collectives with its message sizes and nothing else, back to back "
              "(median of batches, slowest rank); median: hpcgc's median iteration (wall-clock, over ranks "
              "and iterations); ratio = median / floor",
+             "# +kernels: the floor plus the method's own kernels timed alone (slowest worker's gradient and "
+             "message + rank 0's server step; gather only, else nan); its ratio = median / (collectives + kernels), "
+             "the figure docs/performance.md quotes",
              head, "-" * len(head)]
     for s in summaries:
-        lines.append(f"{run_columns(s)} {s.iterations:>6} {floor_columns(s)}  {s.floor_collectives}")
+        lines.append(f"{run_columns(s)} {s.iterations:>6} {floor_columns(s)} {s.floor_kernels_ms:>12.4f} "
+                     f"{s.floor_ratio_kernels:>7.2f}  {s.floor_collectives}")
     return "\n".join(lines)

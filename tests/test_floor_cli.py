@@ -20,7 +20,7 @@ def floor_rows(stdout: str) -> list[dict]:
         f = line.split()
         rows.append({"run": f[0], "algorithm": f[1], "compressor": f[2], "collective": f[3], "iters": int(f[4]),
                      "median_ms": float(f[5]), "floor_ms": float(f[6]), "ratio": float(f[7]),
-                     "collectives": line[line.index(f[7]) + len(f[7]):].strip()})
+                     "kernels_ms": float(f[8]), "ratio_kernels": float(f[9]), "collectives": " ".join(f[10:])})
     return rows
 
 
@@ -41,6 +41,11 @@ def test_floor_command_table_and_file(tmp_path, n):
         assert row["ratio"] == pytest.approx(row["median_ms"] / row["floor_ms"], rel=0.02, abs=0.01)
         assert run.attrs["floor_ratio"] == pytest.approx(row["ratio"], abs=0.006)
         assert row["collectives"] == run.attrs["floor_collectives"]
+        # collectives + the kernels' own time: the floor the documentation quotes, printed by the program
+        assert row["kernels_ms"] > row["floor_ms"]
+        assert row["ratio_kernels"] == pytest.approx(row["median_ms"] / row["kernels_ms"], rel=0.02, abs=0.01)
+        assert run.attrs["floor_kernels_seconds"] == pytest.approx(1e-3 * row["kernels_ms"], rel=1e-3, abs=1e-7)
+        assert run.attrs["floor_ratio_kernels"] == pytest.approx(row["ratio_kernels"], abs=0.006)
         assert row["collectives"].startswith("gather ") and row["collectives"].endswith(f"bcast 8 B, bcast {8 * d} B")
         assert set(run.time) >= {"wait_up", "wait_down", "other", "iter"}
 

@@ -55,6 +55,8 @@ class RunSummary:
     floor_ms: float = np.nan            # the run's collectives alone, per iteration (--floor, hpcgc.floor)
     floor_ratio: float = np.nan         # median_iter_ms / floor_ms
     floor_collectives: str = ""         # the collective sequence the floor timed (rank 0's sizes)
+    floor_kernels_ms: float = np.nan    # the floor + the run's own kernels timed alone (hpcgc.floor.kernels)
+    floor_ratio_kernels: float = np.nan  # median_iter_ms / floor_kernels_ms
 
 
 class ShardWatch(Watch):
@@ -303,7 +305,7 @@ class Run:
         floor = None
         if self.floor:
             from ..floor import run_floor
-            floor = run_floor(self, t, done, seconds=self.floor)
+            floor = run_floor(self, t, done, state=(ws, ss, x, s.local, self.rng), seconds=self.floor)
         return self._finish(rw, x, done, blew_up, clock, ledger, outcome, one_time, crossed, watch.last_row, floor)
 
     def _finish(self, rw, x, done, blew_up, clock, ledger, outcome, one_time, crossed, last_row, floor=None):
@@ -347,6 +349,8 @@ class Run:
         if floor is not None:
             extra = {**floor, "floor_ratio": 1e-3 * med_iter / floor["floor_seconds"]
                      if floor["floor_seconds"] > 0 else np.nan}
+            fk = floor.get("floor_kernels_seconds", np.nan)
+            extra["floor_ratio_kernels"] = 1e-3 * med_iter / fk if fk > 0 else np.nan
         if rw is not None:
             rw.finish(outcome.status, outcome.reason, {"iterations_done": done, **self.checkpoint_cost, **extra},
                       {"x_final": x})
@@ -361,7 +365,9 @@ class Run:
             grad_ratio=(float(last_row.get("grad_norm_sq", np.nan)) / self.grad0
                         if self.grad0 and outcome.status != "diverged" else np.nan),
             floor_ms=1e3 * extra.get("floor_seconds", np.nan), floor_ratio=extra.get("floor_ratio", np.nan),
-            floor_collectives=extra.get("floor_collectives", ""))
+            floor_collectives=extra.get("floor_collectives", ""),
+            floor_kernels_ms=1e3 * extra.get("floor_kernels_seconds", np.nan),
+            floor_ratio_kernels=extra.get("floor_ratio_kernels", np.nan))
 
     def estimated_bytes(self) -> int:
         """Upper estimate of this run's share of the results file (checked against free space)."""
