@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The measurements behind docs/performance.md's current figures, one command per target, in a row.
+# Prints the load average and the CPU before each. Run on a quiet machine; figures from a loaded one
+# measure the machine. (The sessions' own measure4/5/6.sh lists were not kept; this is the same
+# list of commands as docs/performance.md states them, without the interleaving with a previous
+# commit — run this script from two checkouts alternately for that.)
+#
+#   bash scripts/measure-performance.sh [TARGET...]     # targets: 2 2-a9a 4 5 6 7 (default: all but 7)
+#   AUTHORS=/tmp/Paper_9107_code bash scripts/measure-performance.sh 7
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+MPIEXEC=${MPIEXEC:-$(dirname "$PY")/mpiexec}
+export NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+out=${OUT:-/tmp/hpcgc-measure}
+mkdir -p "$out"
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(2 2-a9a 4 5 6)
+
+say() {
+  echo
+  echo "### $* — $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs), commit $(git rev-parse --short HEAD)"
+}
+
+for t in "${targets[@]}"; do
+  case "$t" in
+    2)
+      say "target 2: default experiment, DIANA + qsgd:s=2, n = 2 (median iteration / collectives, / collectives + kernels)"
+      "$MPIEXEC" -n 2 "$PY" -m hpcgc.bench floor --set run.iterations=3000 --set 'sweep.algorithm=["diana"]' \
+        --set 'sweep.compressor=["qsgd:s=2"]' --set run.tolerance=0 -q -o "$out/t2.h5" --overwrite
+      say "target 2: the same method written by hand (kernels and collectives only)"
+      "$MPIEXEC" -n 2 "$PY" scripts/handwritten-loop.py --iterations 3000 ;;
+    2-a9a)
+      say "target 2: a9a label-sorted, DIANA + qsgd:s=4, n = 2"
+      "$MPIEXEC" -n 2 "$PY" -m hpcgc.bench floor --set data.dataset=libsvm:../shared/data/libsvm/a9a \
+        --set data.partition=label-sorted --set run.iterations=2000 --set 'sweep.algorithm=["diana"]' \
+        --set 'sweep.compressor=["qsgd:s=4"]' --set run.tolerance=0 -q -o "$out/t2-a9a.h5" --overwrite ;;
+    4)
+      say "target 4: d = 2^20 sparse logreg, DIANA + qsgd:s=64, n = 2 (hpcgc's own time: other / iter)"
+      "$MPIEXEC" -n 2 "$PY" -m hpcgc.bench floor --set 'data.dataset="synthetic:sparse,n=2000,d=1048576,nnz=40,seed=0"' \
+        --set 'problem.reference="none"' --set run.iterations=40 --set run.eval_every=10 --set run.tolerance=0 \
+        --set 'sweep.algorithm=["diana"]' --set 'sweep.compressor=["qsgd:s=64"]' -q -o "$out/t4.h5" --overwrite ;;
+    5)
+      say "target 5: start-up at -n 32, warm cache: bare, then hpcgc, three times interleaved (seconds)"
+      for i in 1 2 3; do
+        /usr/bin/time -f "bare %e s" "$MPIEXEC" -n 32 "$PY" -c "from mpi4py import MPI; import numpy, numba; MPI.COMM_WORLD.Barrier()"
+        /usr/bin/time -f "hpcgc %e s" "$MPIEXEC" -n 32 "$PY" -m hpcgc.bench --set run.iterations=1 \
+          --set 'sweep.algorithm=["diana"]' --set 'sweep.compressor=["qsgd:s=2"]' -o "$out/t5.h5" --overwrite -q
+      done ;;
+    6)
+      say "target 6: compressor kernels against a paired copy, 2^22..2^24"
+      "$PY" -m hpcgc.bench micro --compressors qsgd:s=4 natural natural-dither:s=8 terngrad quant:p=2 identity sign \
+        --min-log2 22 --max-log2 24 ;;
+    7)
+      say "target 7: against the authors' code (DIANA+ quant+, a9a, n = 6): defaults, then without wait phases"
+      : "${AUTHORS:?set AUTHORS to a checkout of bokun-wang/Paper_9107_code at 144c6f35}"
+      bash scripts/vs-authors.sh "$AUTHORS" 3 2000
+      bash scripts/vs-authors.sh "$AUTHORS" 3 2000 --set run.wait_phases=false ;;
+    *) echo "unknown target $t (2 2-a9a 4 5 6 7)" >&2; exit 2 ;;
+  esac
+done
