@@ -35,10 +35,12 @@ LENGTH_BYTES = 4  # one int32 length announcement per rank and iteration
 DOWN_HEADER_BYTES = 8  # compressed downlink: int32 payload length + int32 control word, per iteration
 PHASES = ("grad", "compress", "wait_up", "comm_up", "server", "wait_down", "comm_down", "other", "iter")
 """Per-rank phase timers of an iteration (what each contains: ``docs/results.md``, "Phases"): the
-method's work (``grad``, ``compress``, ``server``), the idle time before each collective
-(``wait_up``, ``wait_down``: a barrier, ``run.wait_phases``), the collectives themselves
-(``comm_up``, ``comm_down``), hpcgc's own bookkeeping (``other``) and the iteration's wall-clock
-``iter`` (= the sum of the others)."""
+method's work (``grad``, ``compress``, ``server``), the idle time waiting for other ranks before a
+transfer (``wait_up``, ``wait_down``: the lengths' Gather / the control word's Bcast, a barrier
+before an Allreduce round; 0 with ``run.wait_phases = false``), the transfers (``comm_up``,
+``comm_down``), and the iteration's wall-clock ``iter``, measured; ``other`` is not timed itself
+but is ``iter`` minus the seven others: hpcgc's own bookkeeping inside the iteration (bit
+accounting, stop checks, timer calls). Evaluation points are outside every phase."""
 LEDGER = ("Gather", "Gatherv", "Bcast", "Allgather", "Allgatherv", "Allreduce")
 """The collectives of the bit ledger, in the order of ``Transport.ledger``."""
 

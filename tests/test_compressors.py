@@ -550,7 +550,13 @@ def test_wire_close_to_model_bits(spec, d):
     wire_bits = 8 * p.size
     model = c.model_bits(p, d)
     assert isinstance(model, int)
-    assert abs(wire_bits - model) <= 0.05 * model + 128, (spec, wire_bits, model)
+    # README: "for d ≥ 10⁴ a message of ≥ 2 048 model bits is within 5 % of them on the wire; a
+    # sparsifier's message of a few coordinates pays its header (≤ 12 bytes): 2–4× for k = 1".
+    # No slack: a header that grew, or a formula that drifted, fails here.
+    if model >= 2048:
+        assert abs(wire_bits - model) <= 0.05 * model, (spec, wire_bits, model, wire_bits / model)
+    else:
+        assert model <= wire_bits <= model + 96, (spec, wire_bits, model)
 
 
 def test_model_bits_formulas():

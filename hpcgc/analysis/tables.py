@@ -21,7 +21,8 @@ from . import projection as proj
 
 FLOOR = 1e-16             # values below (round-off around f*) are drawn at FLOOR on log axes
 PHASES = ("grad", "compress", "wait_up", "comm_up", "server", "wait_down", "comm_down", "other")
-"""The phases of an iteration, in order (``iter`` is their sum; ``docs/results.md``, "Phases"). Files
+"""The phases of an iteration, in order (``iter``, the measured wall-clock, is their sum because ``other``
+is defined as the rest; ``docs/results.md``, "Phases"). Files
 written before ``wait_*`` and ``other`` existed have only the five others (waiting inside ``comm_*``)."""
 PHASE_LABELS = {"grad": "gradient", "compress": "compress", "wait_up": "wait before uplink (idle)",
                 "comm_up": "comm up (Gather+Gatherv)", "server": "server (decode, aggregate, step)",

@@ -316,6 +316,8 @@ class Run:
         sent = t.gather_rows(np.array([float(t.up_bytes), evals]))
         per_it = clock.per_iteration
         per_rank = t.gather_rows(per_it[:done].ravel()) if per_it is not None else None
+        # without per-iteration times the summary's means are still over ranks: every rank's totals
+        totals = t.gather_rows(clock.totals) if per_it is None else None
         if not t.is_root:
             return None
         n = s.n_workers
@@ -338,7 +340,8 @@ class Run:
                 pr = per_rank.reshape(t.size, done, len(PHASES))
                 rw.write_table("per_iteration", {ph: pr[:, :, j].T.astype(np.float32)
                                                  for j, ph in enumerate(PHASES)})
-        mean_ms = {ph: 1e3 * clock.totals[j] / max(done, 1) for j, ph in enumerate(PHASES)}
+        mean_ms = ({ph: 1e3 * float(totals[:, j].mean()) / max(done, 1) for j, ph in enumerate(PHASES)}
+                   if totals is not None else {})
         if per_rank is not None and done:
             pr = per_rank.reshape(t.size, done, len(PHASES))
             mean_ms = {ph: 1e3 * float(pr[:, :, j].mean()) for j, ph in enumerate(PHASES)}
