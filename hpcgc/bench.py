@@ -52,8 +52,9 @@ commands (each has --help, e.g. `hpcgc report --help`):
   validate  check an experiment file (every grid point) without reading any data: every problem
             found, one line each (exit 2); if none, set up the data and print the plan
   floor     run the experiment, then time each run's own collectives with its message sizes and
-            nothing else, and print hpcgc's median iteration / that floor (= run --floor;
-            docs/performance.md): mpiexec -n 2 hpcgc floor --config exp.toml
+            nothing else, and its own kernels alone; print hpcgc's median iteration / that floor,
+            and / (collectives + kernels) (= run --floor; docs/performance.md):
+            mpiexec -n 2 hpcgc floor --config exp.toml
   micro     compressor micro-benchmark (throughput vs memory bandwidth, bits, omega)
   collectives  OSU-style sweep of the MPI collectives hpcgc uses (Gather+Gatherv, Bcast, Allreduce,
             Allgatherv), 4 B .. 256 MiB per rank, with fitted latency alpha and inverse bandwidth beta:
@@ -131,7 +132,8 @@ def build_parser():
                    "e.g. $SLURM_ARRAY_TASK_ID); `validate` prints the grid size")
     p.add_argument("--floor", action="store_true",
                    help="after each run, time exactly its collectives with its message sizes and nothing else "
-                        "(the floor) and store median iteration / floor as floor_ratio (docs/performance.md)")
+                        "(the floor) and the run's kernels alone, and store median iteration / floor as floor_ratio and / (floor + "
+                        "kernels) as floor_ratio_kernels (docs/performance.md)")
     p.add_argument("--floor-seconds", type=float, default=0.5, metavar="S",
                    help="time spent measuring each run's floor (default 0.5)")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the final table")
