@@ -17,7 +17,8 @@ one markdown alignment per column, and ``builder``, how to rebuild the CSV from 
     python -m hpcgc.docs_tables list              # every table: where it is shown, where it came from
 
 ``regenerate`` rebuilds a table's CSV from results files with its sidecar's ``builder`` (one row per
-run, columns from the runs' values: see :data:`FIELDS`), refuses results of another experiment
+run, columns from the runs' values: see :data:`FIELDS`; or ``{"kind": "dagc", "target": 0.9}``: the
+table of :mod:`hpcgc.analysis.dagc_table`), refuses results of another experiment
 (the sidecar's ``experiment`` against the runs' config ``name``) and warns, naming both, when the
 results were written by another commit than the checkout's (or a dirty tree); it records the new
 provenance from the results file (commit, date, ranks, MPI library, command, and the machine's CPU
@@ -303,12 +304,18 @@ def regenerate(name: str, paths, root: Path = ROOT, force: bool = False, warn=pr
              f"the checkout is at {head}")
     if any(bool(r.file_attrs.get("git_dirty", False)) for r in runs) or dirty:
         warn("hpcgc.docs_tables: warning: results or checkout from a tree with uncommitted changes")
-    where = b.get("where", {})
-    sel = [r for r in runs if all(str(r.attrs.get(k)) == str(v) for k, v in where.items())]
-    if not sel:
-        raise TableError(f"table {name!r}: no run matches {where}")
-    cols = b["columns"]
-    rows = [[c["head"] for c in cols]] + [[_fmt(_field(r, c), c) for c in cols] for r in sel]
+    if b.get("kind") == "dagc":                 # the DAGC comparison's own table (hpcgc.analysis.dagc_table)
+        from .analysis import dagc_table
+        text = dagc_table.table(dagc_table.collect(paths, float(b.get("target", 0.9))), float(b.get("target", 0.9)))
+        md = [line.strip()[1:-1] for line in text.splitlines() if line.startswith("|")]
+        rows = [[c.strip() for c in re.split(r"(?<!\\)\|", line)] for k, line in enumerate(md) if k != 1]
+    else:
+        where = b.get("where", {})
+        sel = [r for r in runs if all(str(r.attrs.get(k)) == str(v) for k, v in where.items())]
+        if not sel:
+            raise TableError(f"table {name!r}: no run matches {where}")
+        cols = b["columns"]
+        rows = [[c["head"] for c in cols]] + [[_fmt(_field(r, c), c) for c in cols] for r in sel]
     now = machine_now()
     cpu = fa.get("machine_start_cpu_model") or now["cpu"]
     meta.update(

@@ -108,3 +108,15 @@ def test_regenerate_refuses_another_experiment_and_warns_of_another_commit(tmp_p
     transcribed = _mini_root(tmp_path / "c", META)
     with pytest.raises(dt.TableError, match="no 'builder'"):
         dt.regenerate("exp/t", [golden_run], transcribed)
+
+
+def test_regenerate_the_dagc_table_kind(tmp_path, golden_run):
+    """The DAGC comparison's table (hpcgc.analysis.dagc_table) as a builder: any results file with
+    an accuracy series works; here the golden experiment's, target 50 %."""
+    root = _mini_root(tmp_path, META | {"experiment": "golden", "builder": {"kind": "dagc", "target": 0.5}})
+    dt.regenerate("exp/t", [golden_run], root, warn=lambda m: None)
+    rows, meta = dt.read_table("exp/t", root)
+    assert rows[0][:3] == ["partition", "method", "reached 50%"]
+    # grouped by partition and label (here the compressor): DCGD's and DIANA's runs pooled as seeds are
+    assert [r[1:3] for r in rows[1:]] == [["qsgd:s=2,bucket=0", "2/2"], ["randk:k=6", "2/2"]]
+    assert all(len(r) == len(rows[0]) for r in rows) and meta["ranks"] == 2
