@@ -111,8 +111,9 @@ def render(name: str, root: Path = ROOT) -> str:
     align = meta.get("align") or ["---"] * len(rows[0])
     if len(align) != len(rows[0]):
         raise TableError(f"table {name!r}: 'align' has {len(align)} entries for {len(rows[0])} columns")
-    lines = ["| " + " | ".join(_cell(c) for c in rows[0]) + " |", "|" + "|".join(align) + "|"]
-    lines += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows[1:]]
+    def line(cells):
+        return "|" + "|".join(f" {_cell(c)} " if c else " " for c in cells) + "|"
+    lines = [line(rows[0]), "|" + "|".join(align) + "|"] + [line(r) for r in rows[1:]]
     lines.append("")
     lines.append(f"<sub>{provenance_line(name, meta)}</sub>")
     return "\n".join(lines) + "\n"
