@@ -28,7 +28,8 @@ TIMING: tuple[str, ...] = (
     "runs/*@wall_seconds", "runs/*@*_seconds",
     # provenance of the invocation: when, where, by which code and library versions, how loaded
     "@created", "@command_line", "@git_commit", "@git_dirty", "@hostnames", "@hpcgc_version",
-    "@*_version", "@slurm_*", "@resumed*", "@machine*", "@load*", "@cpu*",
+    "@*_version", "@slurm_*", "@resumed*", "@machine*", "@noise*", "@load*", "@cpu*",
+    "runs/*@machine*", "runs/*@noise*",
 )
 """What ``compare`` ignores: fnmatch patterns on ``<path>`` (datasets, groups) and ``<path>@<attr>``
 (attributes; root attributes are ``@<attr>``). Everything else must be equal bit for bit."""
