@@ -46,11 +46,13 @@ def mpi_env(mpi_timeout: int | None = None) -> dict:
     return env
 
 
-def run_mpi(n: int, args: list[str], cwd=None, timeout=None, mpi_timeout=None) -> subprocess.CompletedProcess:
+def run_mpi(n: int, args: list[str], cwd=None, timeout=None, mpi_timeout=None,
+            extra_env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``python <args>`` on n ranks; a hung job is killed by MPIEXEC_TIMEOUT (``mpi_timeout``,
-    default MPI_TIMEOUT) and by ``timeout``."""
+    default MPI_TIMEOUT) and by ``timeout``. ``extra_env`` overrides variables of the environment."""
     cmd = mpiexec_cmd(n) + [sys.executable, *args]
-    return subprocess.run(cmd, cwd=cwd or ROOT, env=mpi_env(mpi_timeout), capture_output=True, text=True,
+    return subprocess.run(cmd, cwd=cwd or ROOT, env={**mpi_env(mpi_timeout), **(extra_env or {})},
+                          capture_output=True, text=True,
                           timeout=timeout or (mpi_timeout or MPI_TIMEOUT) + 30)
 
 
