@@ -40,6 +40,8 @@ FLUSH_SECONDS = 2.0
 METADATA_MARGIN = 256 * 1024          # bytes kept free beyond a write's data (HDF5 metadata, chunk index)
 PARTIAL_SUFFIX = ".partial"
 CHECKPOINT_SUFFIX = ".checkpoint"     # a directory beside the results file: one <run_id>.h5 per interrupted run
+CHECKPOINT_FORMAT = "hpcgc typed state, one group per rank"     # docs/results.md "Checkpoints"
+CHECKPOINT_VERSION = 1
 
 SCALAR_SERIES = ("iteration", "loss", "suboptimality", "dist_to_opt", "grad_norm_sq", "accuracy", "train_accuracy",
                  "test_loss", "bits_down_wire", "bits_down_model", "grad_evals")
@@ -106,7 +108,7 @@ class ResultsWriter:
         self.partial = self.path.with_name(self.path.name + PARTIAL_SUFFIX)
         self.checkpoints = self.path.with_name(self.path.name + CHECKPOINT_SUFFIX)
         if resume:
-            self._reopen(attrs)
+            self._reopen()
             return
         if not overwrite:
             refuse_existing(self.path)
@@ -128,8 +130,9 @@ class ResultsWriter:
         self.f.create_group("runs")
         self.f.flush()
 
-    def _reopen(self, attrs: dict):
-        """Open ``<path>.partial`` of an interrupted invocation for appending (``--resume``)."""
+    def _reopen(self):
+        """Open ``<path>.partial`` of an interrupted invocation for appending (``--resume``; nothing
+        is written before :meth:`mark_resumed`)."""
         if self.path.exists() and not self.partial.exists():
             raise FileExistsError(f"{self.path} is complete: there is nothing to resume")
         if not self.partial.exists():
@@ -141,6 +144,9 @@ class ResultsWriter:
                                   "is another invocation writing it?") from exc
         self.error = None
         self.active = None              # the RunWriter of the run being written
+
+    def mark_resumed(self, attrs: dict):
+        """Once the resuming invocation is accepted: count it and keep its provenance."""
         self.f.attrs["resumed"] = self.f.attrs.get("resumed", 0) + 1
         for k, v in attrs.items():       # the provenance of the resuming invocation beside the original's
             if k in ("created", "command_line") or k.startswith("slurm_"):
@@ -162,16 +168,57 @@ class ResultsWriter:
     def drop_run(self, run_id: str):
         del self.f["runs"][run_id]
 
-    def load_checkpoint(self, run_id: str):
-        """(iteration, rows, [per-rank blobs]) of the run's checkpoint."""
-        with h5py.File(self.checkpoints / f"{run_id}.h5", "r") as f:
-            blobs = [f[f"rank_{r}"][()].tobytes() for r in range(int(f.attrs["ranks"]))]
-            return int(f.attrs["iteration"]), int(f.attrs["rows"]), blobs
+    def checkpoint_problem(self, run_id: str, ranks: int) -> str | None:
+        """Why the run's checkpoint cannot be loaded by this version at ``ranks`` ranks (None: it can,
+        or there is none): its format and its groups, before anything runs."""
+        ck = self.checkpoints / f"{run_id}.h5"
+        if not ck.exists():
+            return None
+        try:
+            with h5py.File(ck, "r") as f:
+                fmt = str(_py(f.attrs.get("format", "")))
+                version = _py(f.attrs.get("checkpoint_version"))
+                names = [f"rank_{r}" for r in range(ranks)]
+                groups = sorted(f) == sorted(names) and _py(f.attrs.get("ranks")) == ranks and all(
+                    isinstance(f.get(n, getlink=True), h5py.HardLink) and isinstance(f[n], h5py.Group) for n in names)
+                held = sorted(f)
+        except OSError as exc:
+            return f"{ck} cannot be read ({_cause(exc)})"
+        if fmt.startswith("one pickled dict"):
+            return (f"{ck} predates typed checkpoints (it holds pickled state, which hpcgc no longer loads: "
+                    "unpickling a file can run code); delete it to rerun that run from its start")
+        if fmt != CHECKPOINT_FORMAT or version != CHECKPOINT_VERSION:
+            return f"{ck} is not an hpcgc typed checkpoint (version {CHECKPOINT_VERSION})"
+        if not groups:
+            return f"{ck} holds {', '.join(held[:6])}, not the groups rank_0 … rank_{ranks - 1}"
+        return None
+
+    def load_checkpoint(self, run_id: str, ranks: int):
+        """(iteration, rows, [per-rank state trees]) of the run's checkpoint, read as plain arrays,
+        numbers and strings (:func:`hpcgc.typed_state.read`; each rank checks its own tree against
+        its run). UserError (one line) for a checkpoint of another format or shape."""
+        from .typed_state import StateMismatch, read
+        problem = self.checkpoint_problem(run_id, ranks)
+        if problem:
+            raise UserError(f"--resume: {problem}")
+        ck = self.checkpoints / f"{run_id}.h5"
+        try:
+            with h5py.File(ck, "r") as f:
+                trees = [read(f[f"rank_{r}"]) for r in range(ranks)]
+                return int(f.attrs["iteration"]), int(f.attrs["rows"]), trees
+        except (StateMismatch, OSError, KeyError, ValueError, TypeError) as exc:
+            raise UserError(f"--resume: checkpoint {ck}: {_cause(exc) if isinstance(exc, OSError) else exc}") from None
 
     @guarded
-    def resume_run(self, run_id: str, rows: int) -> RunWriter:
-        """The writer of an interrupted run, its rows cut back to the checkpoint's."""
-        return RunWriter(self, self.f["runs"][run_id], {}, 0, 0, rows=rows)
+    def resume_run(self, run_id: str, rows: int, iteration: int, eval_every: int) -> RunWriter:
+        """The writer of an interrupted run, its rows cut back to the checkpoint's: the ``rows``
+        written when it was taken, less a row the interruption wrote off the evaluation grid (a
+        stop between evaluation points records where it stopped; the resumed run passes that
+        iteration without evaluating, as the uninterrupted run did)."""
+        it = self.f["runs"][run_id]["iteration"][:rows]
+        on_grid = (it < iteration) | ((it == iteration) & (it % eval_every == 0))
+        keep = int(np.argmin(on_grid)) if not on_grid.all() else rows
+        return RunWriter(self, self.f["runs"][run_id], {}, 0, 0, rows=keep)
 
     def require_space(self, nbytes: int):
         """Before a write of about ``nbytes``: an OSError (ENOSPC) if the file system has less free
@@ -264,23 +311,27 @@ class RunWriter:
         return out
 
     @guarded
-    def save_checkpoint(self, iteration: int, blobs: list):
-        """The run's state at ``iteration`` (one pickled blob per rank) into
-        ``<results>.checkpoint/<run_id>.h5``, written beside and renamed over the previous one (a
-        crash while writing leaves the previous checkpoint intact)."""
+    def save_checkpoint(self, iteration: int, trees: list) -> int:
+        """The run's state at ``iteration`` (one typed tree per rank, :mod:`hpcgc.typed_state`:
+        groups ``rank_<r>``) into ``<results>.checkpoint/<run_id>.h5``, written beside and renamed
+        over the previous one (a crash while writing leaves the previous checkpoint intact).
+        Returns the bytes of state written."""
+        from .typed_state import write
         self.write_rows()                        # the rows the checkpoint refers to are on disk first
         self.parent.f.flush()
-        self.parent.require_space(sum(len(b) for b in blobs))
+        self.parent.require_space(sum(_tree_bytes(t) for t in trees))
         d = self.parent.checkpoints
         d.mkdir(exist_ok=True)
         final = d / f"{self.run_id}.h5"
         tmp = final.with_name(final.name + ".tmp")
+        nbytes = 0
         with h5py.File(tmp, "w") as f:
-            for r, blob in enumerate(blobs):
-                f.create_dataset(f"rank_{r}", data=np.frombuffer(blob, dtype=np.uint8))
-            f.attrs.update(iteration=iteration, rows=self.rows, ranks=len(blobs), run_id=self.run_id,
-                           format="one pickled dict per rank (hpcgc.run.checkpoint.RunState)")
+            for r, tree in enumerate(trees):
+                nbytes += write(f.create_group(f"rank_{r}"), tree)
+            f.attrs.update(iteration=iteration, rows=self.rows, ranks=len(trees), run_id=self.run_id,
+                           format=CHECKPOINT_FORMAT, checkpoint_version=CHECKPOINT_VERSION)
         os.replace(tmp, final)
+        return nbytes
 
     @guarded
     def set_attrs(self, attrs: dict):
@@ -343,6 +394,10 @@ class RunWriter:
         self.parent.f.flush()
         if status != "interrupted":              # only an interrupted run resumes
             (self.parent.checkpoints / f"{self.run_id}.h5").unlink(missing_ok=True)
+
+
+def _tree_bytes(tree: dict) -> int:
+    return sum(_tree_bytes(v) if isinstance(v, dict) else getattr(v, "nbytes", 64) for v in tree.values())
 
 
 def _attr(v):

@@ -521,21 +521,69 @@ def predicted_run_time(m: MethodModel, latency: Latency, iterations: float, gamm
 LOCAL_SPAN = 4.0                # the local fit uses the measured sizes within this factor of the message
 
 
-def local_fit(latency: Latency, op: str, nbytes: float) -> tuple[float, float] | None:
-    """(α_c, β_c) of ``op``'s time t = α_c + β_c·s fitted, like ``bench collectives`` (least squares in
-    relative error), over the sizes the collectives file measured within a factor :data:`LOCAL_SPAN`
-    of ``nbytes`` (at least the two nearest): the line through the regime the message is in. One line
-    over 4 B … 8 MiB follows the many small sizes and misses the large-message slope on a shaped
-    link (a token bucket passes its burst at full speed); None when the file did not measure ``op``."""
-    if op not in latency.measured or nbytes <= 0:
-        return None
-    size, avg = latency.measured[op]
-    sel = np.flatnonzero((size >= nbytes / LOCAL_SPAN) & (size <= nbytes * LOCAL_SPAN))
-    if sel.size < 2:
-        sel = np.argsort(np.abs(np.log(size / nbytes)))[:2]
+@dataclass(frozen=True)
+class LocalFit:
+    """A local line t = α_c + β_c·s of one operation (:func:`local_fit`): α_c, β_c > 0, or NaN when no
+    window of the file gives a physical line (then the global α, β are used); ``lo``, ``hi`` the sizes
+    it was fitted over; ``note`` says how it fell back ("" when the first window gave α_c, β_c > 0)."""
+    alpha_c: float
+    beta_c: float
+    lo: float
+    hi: float
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return math.isfinite(self.alpha_c) and math.isfinite(self.beta_c)
+
+    def text(self, op: str, nbytes: float) -> str:
+        line = (f"α_c {self.alpha_c * 1e6:.3g} µs, β_c {self.beta_c * 1e9:.3g} ns/B" if self.ok
+                else "global α, β")
+        return f"{op} {format_bytes(nbytes)}: {line}" + (f" ({self.note})" if self.note else "")
+
+
+def _relative_line(size, avg, sel) -> tuple[float, float]:
+    """(α_c, β_c) of t = α_c + β_c·s over ``sel``, least squares in relative error (as ``bench collectives``)."""
     A = np.stack([np.ones(sel.size), size[sel]], axis=1) / avg[sel, None]
     (ac, bc), *_ = np.linalg.lstsq(A, np.ones(sel.size), rcond=None)
     return float(ac), float(bc)
+
+
+def _window(size, nbytes: float, span: float) -> np.ndarray:
+    sel = np.flatnonzero((size >= nbytes / span) & (size <= nbytes * span))
+    return sel if sel.size >= 2 else np.sort(np.argsort(np.abs(np.log(size / nbytes)))[:2])
+
+
+def local_fit(latency: Latency, op: str, nbytes: float) -> LocalFit | None:
+    """``op``'s time t = α_c + β_c·s fitted, like ``bench collectives`` (least squares in relative
+    error), over the sizes the collectives file measured within a factor :data:`LOCAL_SPAN` of
+    ``nbytes`` (at least the two nearest): the line through the regime the message is in. One line
+    over 4 B … 8 MiB follows the many small sizes and misses the large-message slope on a shaped
+    link (a token bucket passes its burst at full speed). A line with α_c ≤ 0 or β_c ≤ 0 is not
+    physical (a few latency-bound sizes whose times fall with the size by noise give β_c < 0): the
+    window then widens by :data:`LOCAL_SPAN` at a time, to the neighbouring sizes, until the line is
+    physical — at the widest, every size: the file's one fit —, and failing that the fit is NaN
+    (the global α, β of :func:`op_alpha_beta`); ``note`` says which. None when the file did not
+    measure ``op``."""
+    if op not in latency.measured or nbytes <= 0:
+        return None
+    size, avg = latency.measured[op]
+    sel = _window(size, nbytes, LOCAL_SPAN)
+    first = _relative_line(size, avg, sel)
+    if first[0] > 0 and first[1] > 0:
+        return LocalFit(*first, float(size[sel].min()), float(size[sel].max()))
+    said = (f"the fit over {format_bytes(size[sel].min())}…{format_bytes(size[sel].max())} gave α_c "
+            f"{first[0] * 1e6:.3g} µs, β_c {first[1] * 1e9:.3g} ns/B, not > 0")
+    span = LOCAL_SPAN
+    while sel.size < size.size:
+        span *= LOCAL_SPAN
+        sel = _window(size, nbytes, span)
+        ac, bc = _relative_line(size, avg, sel)
+        if ac > 0 and bc > 0:
+            lo, hi = float(size[sel].min()), float(size[sel].max())
+            return LocalFit(ac, bc, lo, hi, f"{said}; widened to {format_bytes(lo)}…{format_bytes(hi)}")
+    return LocalFit(float("nan"), float("nan"), float(size.min()), float(size.max()),
+                    f"{said}, nor over any wider span; the global α, β")
 
 
 def message_seconds_local(latency: Latency, op: str, nbytes: float, n: int) -> float:
@@ -546,14 +594,16 @@ def message_seconds_local(latency: Latency, op: str, nbytes: float, n: int) -> f
     nf = latency.ranks or n
     fit = local_fit(latency, op, nbytes)
     a, b, g = (float(v) for v in op_coefficients(op, nbytes, n))
-    if fit is None:
+    if fit is None or not fit.ok:
         alpha, beta = op_alpha_beta(latency, op)
         return a * alpha + b * beta
-    ac, bc = fit
+    ac, bc = fit.alpha_c, fit.beta_c
     af, bf, _ = (float(v) for v in op_coefficients(op, nbytes, nf))
     slope = (float(op_coefficients(op, nbytes * 1.01, nf)[1]) - bf) / (0.01 * nbytes)
     beta = bc / slope if slope > 0 and bc > 0 else op_alpha_beta(latency, op)[1]
-    alpha = (ac + bc * nbytes - bf * beta) / af if af > 0 else op_alpha_beta(latency, op)[0]
+    alpha = (ac + bc * nbytes - bf * beta) / af if af > 0 else float("nan")
+    if not alpha > 0:                  # the model's latency part cannot be negative: the global α
+        alpha = op_alpha_beta(latency, op)[0]
     return a * alpha + b * beta
 
 
@@ -625,7 +675,7 @@ def check(models: list[MethodModel], target: Target, latency: Latency, gamma: fl
             for op, nbytes, _ in one.messages():
                 fit = local_fit(latency, op, nbytes) if nbytes > 0 else None
                 if fit is not None:
-                    used.append(f"{op} {format_bytes(nbytes)}: α_c {fit[0] * 1e6:.3g} µs, β_c {fit[1] * 1e9:.3g} ns/B")
+                    used.append(fit.text(op, nbytes))
             off = math.isfinite(ratio) and abs(ratio - 1) > CHECK_TOLERANCE
             rows.append({
                 "panel": tables.panel_title(m.panel), "method": m.label, "collective": one.collective,

@@ -283,8 +283,9 @@ class PowerSum(SumCodec):
         return (self.m * self.r, self.n * self.r)
 
     def state(self) -> dict:
-        """The warm-start Q (checkpoints)."""
-        return {} if self.q is None else {"q": self.q.copy()}
+        """The warm-start Q (checkpoints): zeros before the first call, which ``begin`` treats as
+        None (every column refilled from the seed), so the state has one shape from the start."""
+        return {"q": np.zeros((self.n, self.r)) if self.q is None else self.q.copy()}
 
     def model_bits(self):
         return float(self.r * (self.m + self.n) * self._bits)

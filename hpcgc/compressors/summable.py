@@ -76,7 +76,8 @@ class SumCodec(ABC):
         return int(sum(self.lengths())) * np.dtype(self.dtype).itemsize
 
     def state(self) -> dict:
-        """What this codec carries from one iteration to the next (checkpoints); default: nothing."""
+        """What this codec carries from one iteration to the next (checkpoints; a typed tree of
+        fixed names, shapes and dtypes from the start, see ``Exchange.state``); default: nothing."""
         return {}
 
     def restore(self, state: dict) -> None:
@@ -207,11 +208,11 @@ class ConcatSum(SumCodec):
         return float(sum(c.model_bits() for _, _, c in self.parts))
 
     def state(self) -> dict:
-        return {j: c.state() for j, (_, _, c) in enumerate(self.parts) if c.state()}
+        return {str(j): st for j, (_, _, c) in enumerate(self.parts) if (st := c.state())}
 
     def restore(self, state: dict) -> None:
         for j, st in state.items():
-            self.parts[j][2].restore(st)
+            self.parts[int(j)][2].restore(st)
 
 
 COLLECTIVES = ("gather", "allreduce", "allgather")

@@ -162,7 +162,10 @@ class Exchange:
         return 0.0
 
     def state(self) -> dict:
-        """What the exchange carries from one iteration to the next (checkpoints); default: nothing."""
+        """What the exchange carries from one iteration to the next (checkpoints); default: nothing.
+        A typed tree (:mod:`hpcgc.typed_state`): a dict of str → numpy array, int, float, bool, str
+        or such a dict, with the same names, shapes and dtypes from the start of the run on (a
+        resumed checkpoint is checked against it); ``restore`` gets the same tree back."""
         return {}
 
     def restore(self, state: dict) -> None:

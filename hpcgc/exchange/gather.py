@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..transport import DOWN_HEADER_BYTES, wtime
+from ..typed_state import rng_state, set_rng_state
 from .base import CONTINUE, DIVERGED, EMPTY, Exchange, exploded, mean_bytes
 
 
@@ -163,11 +164,11 @@ class Gather(Exchange):
         return float(self.downlink.comp.model_bits(self.down_payload, d)) if self.down_payload.size else 0.0
 
     def state(self) -> dict:
-        return {} if self.downlink is None else {"down_rng": self.down_rng.bit_generator.state}
+        return {} if self.downlink is None else {"down_rng": rng_state(self.down_rng)}
 
     def restore(self, state: dict) -> None:
         if "down_rng" in state:
-            self.down_rng.bit_generator.state = state["down_rng"]
+            set_rng_state(self.down_rng, state["down_rng"], "exchange/down_rng")
 
     def _deliver(self, payload):
         return self.t.gather_payloads(payload)

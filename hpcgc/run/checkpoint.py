@@ -1,12 +1,13 @@
 """Checkpoints: the whole state of a run at an evaluation point, so that ``--resume`` continues an
 interrupted invocation with the iterates and bits it would have had uninterrupted.
 
-What is saved, per rank (a pickled dict; ``docs/results.md`` "Checkpoints"):
+What is saved, per rank (a typed tree of arrays and scalars, :mod:`hpcgc.typed_state` — no pickle:
+results files travel, and resuming one must not run code; ``docs/results.md`` "Checkpoints"):
 
 * the iterate x, the worker state and the server state (every numpy array of the algorithm's
   state dataclasses: DIANA's shifts h_i and h, momentum v, error-feedback memory e_i, local copies…),
 * the exchange's persistent state (PowerSGD's warm-start Q; the compressed downlink's random stream),
-* every random stream (the rank's generator and the shared one, as ``bit_generator.state``),
+* every random stream (the rank's generator and the shared one, ``bit_generator.state`` as plain values),
 * the rank's phase timers, per-iteration timings so far and MPI byte ledger;
 
 and on rank 0 also the bit ledger, the stop rules' reference value, the elapsed wall time of the
@@ -20,12 +21,14 @@ or seconds (a string such as ``"600s"``; ``0`` = never), and always when a stop 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import time
 
 import numpy as np
 
 from ..errors import ConfigError
+from ..typed_state import StateMismatch, conform, rng_state, set_rng_state
 
 
 def parse_every(value) -> tuple[str, float]:
@@ -66,10 +69,10 @@ class Policy:
 
 
 def arrays_of(state) -> dict:
-    """Every numpy array field of a state dataclass (None → {})."""
+    """Copies of every numpy array field of a state dataclass (None → {})."""
     if state is None:
         return {}
-    return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)
+    return {f.name: getattr(state, f.name).copy() for f in dataclasses.fields(state)
             if isinstance(getattr(state, f.name), np.ndarray)}
 
 
@@ -79,46 +82,61 @@ def restore_arrays(state, saved: dict) -> None:
 
 
 class RunState:
-    """References to everything that changes while a run iterates, on one rank: ``capture`` packs it
-    (collective-free), ``restore`` puts a packed state back into the freshly set-up objects."""
+    """References to everything that changes while a run iterates, on one rank: ``capture`` copies
+    it into a typed tree (:mod:`hpcgc.typed_state`; collective-free), ``load`` checks a stored tree
+    against this run and puts it back into the freshly set-up objects."""
 
     def __init__(self, transport, x, ws, ss, ex, rngs, clock, ledger=None, stop_rules=None, budgets=None):
         self.t, self.x, self.ws, self.ss, self.ex, self.rngs = transport, x, ws, ss, ex, rngs
         self.clock, self.ledger, self.stop_rules, self.budgets = clock, ledger, stop_rules, budgets
 
-    def capture(self, k: int, rows: int) -> bytes:
-        import pickle
+    def capture(self, k: int, rows: int) -> dict:
         pi = self.clock.per_iteration
-        st = {"iteration": k, "x": self.x.copy(), "ws": arrays_of(self.ws), "ss": arrays_of(self.ss),
-              "exchange": self.ex.state(), "rngs": [g.bit_generator.state for g in self.rngs],
-              "totals": self.clock.totals.copy(), "per_iteration": None if pi is None else pi[:k].copy(),
-              "mpi_ledger": self.t.ledger.copy()}
+        timers = {"totals": self.clock.totals.copy(), "mpi_ledger": self.t.ledger.copy()}
+        if pi is not None:
+            timers["per_iteration"] = pi[:k].copy()
+        st = {"iteration": int(k), "x": self.x.copy(), "worker": arrays_of(self.ws), "server": arrays_of(self.ss),
+              "exchange": self.ex.state(), "rngs": {f"g{j}": rng_state(g) for j, g in enumerate(self.rngs)},
+              "timers": timers}
         if self.ledger is not None:                 # rank 0
+            start = self.stop_rules.start
             st["root"] = {"model": self.ledger.model.copy(), "wire": self.ledger.wire.copy(),
-                          "down": self.ledger.down, "down_model": self.ledger.down_model, "start": self.stop_rules.start, "rows": rows,
+                          "down": float(self.ledger.down), "down_model": float(self.ledger.down_model),
+                          "start": float("nan") if start is None else float(start), "rows": int(rows),
                           "elapsed": time.monotonic() - self.budgets.t0}
-        return pickle.dumps(st, protocol=5)
+        return st
 
-    def restore(self, blob: bytes) -> int:
-        """Put the state back; returns the iteration it was taken at."""
-        import pickle
-        st = pickle.loads(blob)
+    def load(self, stored: dict, where: str = "checkpoint") -> int:
+        """Check a tree read from a checkpoint (:func:`hpcgc.typed_state.read`) against this run —
+        names, shapes, dtypes — and restore it; returns its iteration. StateMismatch (one line)
+        if it does not fit; nothing is changed then."""
+        k = stored.get("iteration")
+        if not isinstance(k, np.ndarray) or k.shape != () or k.dtype.kind not in "iu" \
+                or not 0 < int(k) < self.clock.iterations:
+            raise StateMismatch(f"{where}: no iteration between 1 and {self.clock.iterations - 1}")
+        tree = conform(self.capture(int(k), 0), stored, where)
+        self.restore(tree, where)
+        return tree["iteration"]
+
+    def restore(self, st: dict, where: str = "state") -> int:
+        """Put a captured (or conformed) tree back; returns the iteration it was taken at."""
+        for j, g in enumerate(self.rngs):               # first: the one part numpy checks itself
+            set_rng_state(g, st["rngs"][f"g{j}"], f"{where}/rngs/g{j}")
         self.x[:] = st["x"]
-        restore_arrays(self.ws, st["ws"])
-        restore_arrays(self.ss, st["ss"])
+        restore_arrays(self.ws, st["worker"])
+        restore_arrays(self.ss, st["server"])
         self.ex.restore(st["exchange"])
-        for g, s in zip(self.rngs, st["rngs"]):
-            g.bit_generator.state = s
         k = st["iteration"]
-        self.clock.totals[:] = st["totals"]
-        if self.clock.per_iteration is not None and st["per_iteration"] is not None:
-            self.clock.per_iteration[:k] = st["per_iteration"]
-        self.t.ledger[:] = st["mpi_ledger"]
+        timers = st["timers"]
+        self.clock.totals[:] = timers["totals"]
+        if self.clock.per_iteration is not None:
+            self.clock.per_iteration[:k] = timers["per_iteration"]
+        self.t.ledger[:] = timers["mpi_ledger"]
         if self.ledger is not None:
             root = st["root"]
             self.ledger.model[:], self.ledger.wire[:], self.ledger.down = root["model"], root["wire"], root["down"]
-            self.ledger.down_model = root.get("down_model", 0.0)
-            self.stop_rules.start = root["start"]
+            self.ledger.down_model = root["down_model"]
+            self.stop_rules.start = None if math.isnan(root["start"]) else root["start"]
             self.budgets.t0 = time.monotonic() - root["elapsed"]
         return k
 
@@ -136,9 +154,9 @@ class Checkpointer:
 
     def __call__(self, k: int):
         t0 = time.perf_counter()
-        blobs = self.t.gather_object(self.state.capture(k, self.w.rows if self.w is not None else 0))
+        trees = self.t.gather_object(self.state.capture(k, self.w.rows if self.w is not None else 0))
         if self.w is not None:
-            self.w.save_checkpoint(k, blobs)
+            nbytes = self.w.save_checkpoint(k, trees)
             self.policy.taken(k)
-            self.cost.update(checkpoints=self.cost["checkpoints"] + 1, checkpoint_bytes=sum(len(b) for b in blobs),
+            self.cost.update(checkpoints=self.cost["checkpoints"] + 1, checkpoint_bytes=nbytes or 0,
                              checkpoint_seconds=self.cost["checkpoint_seconds"] + time.perf_counter() - t0)

@@ -137,6 +137,10 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
         try:
             writer = ResultsWriter(out, attrs, overwrite=overwrite, resume=resume)
             err = resume_mismatch(writer, runs, attrs, t.size) if resume else None
+            if err is not None:                     # refused: the partial file as it was
+                writer.f.close()
+            elif resume:
+                writer.mark_resumed(attrs)
         except (FileExistsError, FileNotFoundError) as exc:
             err = UserError(str(exc))
         except OSError as exc:
@@ -156,8 +160,15 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
                     log(f"[{i + 1}/{len(runs)}] {run.rp.run_id}: kept from {out}.partial")
                     continue
                 if what == "checkpoint":
-                    k, rows, blobs = writer.load_checkpoint(run.rp.run_id) if t.is_root else (0, 0, None)
-                    blob, run.resume_rows = t.scatter_object(blobs), rows
+                    (k, rows, trees), err = (0, 0, None), None
+                    if t.is_root:
+                        try:
+                            k, rows, trees = writer.load_checkpoint(run.rp.run_id, t.size)
+                        except UserError as exc:
+                            err = exc
+                    t.agree(err)
+                    # the trees rank 0 read as plain arrays and strings; each rank checks its own
+                    blob, run.resume_rows = t.scatter_object(trees), rows
                     log(f"[{i + 1}/{len(runs)}] {run.rp.run_id}: resuming from its checkpoint at iteration {k}")
             s = run.execute(resume=blob)
             t.agree(writer.error if writer is not None else None)     # a write failure ends every rank
@@ -196,6 +207,10 @@ def resume_mismatch(writer, runs, attrs, size):
             diffs.append(f"run {run_id} is in the file but not in this experiment")
         elif text != planned[run_id]:
             diffs.append(f"run {run_id} has another configuration")
+    for run_id in planned:                  # before anything runs: a checkpoint this version cannot load
+        problem = writer.checkpoint_problem(run_id, size) if run_id in f["runs"] else None
+        if problem:
+            return UserError(f"--resume: {problem}")
     if diffs:
         return UserError(f"--resume: {writer.partial} was written by a different invocation: " + "; ".join(diffs[:5]))
     return None

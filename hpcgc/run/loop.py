@@ -49,7 +49,7 @@ def warm_up(alg, ex, ws, ss, x, local, rng, state) -> None:
     ledgers. What it takes out of iteration 1: MPI's connection set-up between the ranks that
     exchange (0.1–4 s on TCP links: ``docs/breakeven.md``), the first touch of the receive
     buffers, lazy one-time initialisation. The stop rules and budgets do not see it."""
-    blob = state.capture(0, 0)
+    saved = state.capture(0, 0)
     on_step, ex.on_step = ex.on_step, (lambda: CONTINUE)     # no bit accounting, no budget check
     try:
         if ws is not None:
@@ -57,4 +57,4 @@ def warm_up(alg, ex, ws, ss, x, local, rng, state) -> None:
         ex.exchange(ex.encode(ws), ss)
     finally:
         ex.on_step = on_step
-    state.restore(blob)
+    state.restore(saved)

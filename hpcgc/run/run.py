@@ -11,11 +11,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import algorithms, allocation, compressors, config, exchange
-from ..errors import ConfigError
+from ..errors import ConfigError, UserError
 from ..exchange import downlink
 from ..exchange.base import CONTINUE
 from ..problems import BINARY_KINDS
 from ..transport import LENGTH_BYTES, PHASES, Transport
+from ..typed_state import StateMismatch
 from .checkpoint import Checkpointer, Policy, RunState
 from .loop import iterate, warm_up
 from .observers import (
@@ -226,8 +227,8 @@ class Run:
             out["train_accuracy"] = out["accuracy"] = float(total[d + 1] / total[d + 2])
         return out
 
-    def execute(self, resume: bytes | None = None) -> RunSummary | None:
-        """Run (or, with ``resume`` = this rank's checkpoint blob, continue) this run; collective."""
+    def execute(self, resume: dict | None = None) -> RunSummary | None:
+        """Run (or, with ``resume`` = this rank's stored checkpoint tree, continue) this run; collective."""
         s, t, r, alg = self.s, self.t, self.r, self.alg
         root = t.is_root
         me = s.worker_ranks.index(t.rank) if t.rank in s.worker_ranks else None
@@ -273,9 +274,17 @@ class Run:
                 return budgets.check() if ex.carries_control else CONTINUE
             ex.on_step = on_step
         state = RunState(t, x, ws, ss, ex, (self.rng, self.shared_rng), clock, ledger, rules, budgets)
-        start = state.restore(resume) if resume is not None else 0
+        start = 0
+        if resume is not None:       # every rank checks its own stored tree against this run, then all agree
+            err = None
+            try:
+                start = state.load(resume, f"checkpoint of run {self.rp.run_id}, rank {t.rank}")
+            except StateMismatch as exc:
+                err = UserError(f"--resume: {exc}")
+            t.agree(err)
         if root and self.writer is not None:
-            rw = (self.writer.resume_run(self.rp.run_id, self.resume_rows) if resume is not None else
+            rw = (self.writer.resume_run(self.rp.run_id, self.resume_rows, start, r["eval_every"])
+                  if resume is not None else
                   self.writer.begin_run(self.rp.run_id, self._attrs(), s.n_workers, t.size))
         if root:
             observers = [Recorder(self.writer, rw, outcome), rules, bar]

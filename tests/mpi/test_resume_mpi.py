@@ -1,13 +1,13 @@
-"""Checkpoint and resume under a real mpiexec -n 4: a run interrupted by a real SIGTERM (one rank
-signals itself at a random time) and resumed with --resume equals the uninterrupted run bit for bit
-— iterates, bits at every recorded iteration, the MPI byte ledger — for every kind of state
-(DIANA's shifts and momentum, EF's memory e_i, EF21's g_i and server g, local copies, PowerSGD's Q)."""
+"""Checkpoint and resume under a real mpiexec -n 4: a run interrupted by a real SIGTERM (every rank
+signals itself during an iteration between evaluation points) and resumed with --resume equals the
+uninterrupted run bit for bit — every non-timing dataset, row for row: iterates, bits, the MPI byte
+ledger — for every kind of state (DIANA's shifts and momentum, EF's memory e_i, EF21's g_i and
+server g, local copies, PowerSGD's Q); a checkpoint that is not typed state fitting the run (a
+hostile pickle, other shapes) is refused before anything runs."""
 from __future__ import annotations
 
 import os
 import signal
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -46,7 +46,7 @@ def _cfg(overrides, iterations):
     cfg = config.defaults()
     cfg["name"] = "resume"
     for key, value in {"run.iterations": iterations, "run.eval_every": 10, "run.tolerance": 0.0,
-                       "run.checkpoint_every": 0, "problem.l2": 0.05, **overrides}.items():
+                       "run.checkpoint_every": iterations // 3, "problem.l2": 0.05, **overrides}.items():
         sec, k = key.split(".")
         cfg[sec][k] = value
     return cfg
@@ -56,53 +56,66 @@ def _execute(cfg, out, resume=False, before=None):
     t = Transport()
     runs = prepare(cfg, t)
     if before is not None:
-        before()
+        before(runs)
     return execute(runs, t, out, log=lambda *a: None, resume=resume)
+
+
+def _sigterm_at(iteration):
+    """A real SIGTERM to every rank (as mpiexec or SLURM forward one) during ``iteration``: each
+    rank signals itself from its worker's gradient step of that iteration (rank 0 is a worker)."""
+    def arm(runs):
+        alg = runs[0].alg
+        compute, calls = alg.worker_compute, [0]
+
+        def counted(*args, **kwargs):
+            calls[0] += 1
+            if calls[0] == iteration:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return compute(*args, **kwargs)
+        alg.worker_compute = counted
+    return arm
+
+
+def _interrupt(cfg, out, iteration):
+    REQUEST.install()
+    try:
+        with pytest.raises(Interrupted) as caught:
+            _execute(cfg, out, before=_sigterm_at(iteration))
+    finally:
+        REQUEST.restore()
+    comm.Barrier()
+    assert caught.value.signum == signal.SIGTERM
+    return results.load(out.with_name(out.name + ".partial"))[0]
+
+
+TIMING = ("time", "per_iteration")       # wall-clock: differs between any two runs
+
+
+def _datasets(path):
+    """Every non-timing dataset of the file's one run, by path."""
+    import h5py
+    out = {}
+    with h5py.File(path, "r") as f:
+        run = next(iter(f["runs"].values()))
+        run.visititems(lambda name, obj: out.setdefault(name, obj[()]) if isinstance(obj, h5py.Dataset)
+                       and name.split("/")[0] not in TIMING else None)
+    return out
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_interrupted_and_resumed_equals_uninterrupted(shared_dir, case):
+    """SIGTERM between evaluation points (iteration 10·j + 3), checkpoints every third of the run:
+    the resumed file's series equal the uninterrupted run's row for row — every non-timing dataset."""
     iterations = 1500 if "data.dataset" not in CASES[case] else 150     # the classifiers are slower per iteration
     cfg = _cfg(CASES[case], iterations)
-    started = {}
-    _execute(cfg, shared_dir / "full.h5", before=lambda: started.setdefault("t", time.monotonic()))
-    full_seconds = comm.bcast(time.monotonic() - started["t"], root=0)
-
-    caught = None
-    for lo, hi in ((0.4, 0.6), (0.1, 0.2), (0.01, 0.05)):     # a faster second run may end before the
-        REQUEST.install()                                    # signal (the first one compiled kernels):
-        timers = []                                          # then again, earlier
-
-        def arm(lo=lo, hi=hi, timers=timers):    # one rank is signalled, at a random moment mid-run
-            if comm.rank == 2:
-                delay = np.random.default_rng().uniform(lo, hi) * full_seconds
-                timers.append(threading.Timer(delay, os.kill, (os.getpid(), signal.SIGTERM)))
-                timers[0].start()
-        try:
-            _execute(cfg, shared_dir / "cut.h5", before=arm)
-        except Interrupted as exc:
-            caught = exc
-        finally:
-            for timer in timers:
-                timer.cancel()
-            REQUEST.restore()
-        comm.Barrier()
-        if caught is not None:
-            if results.load(shared_dir / "cut.h5.partial")[0].status == "interrupted":
-                break
-            caught = None                    # the signal came after the run's last iteration (the
-            left = "cut.h5.partial"          # loop is a small part of a short run): again, earlier
-        else:
-            left = "cut.h5"
-        if comm.rank == 0:
-            (shared_dir / left).unlink()
-        comm.Barrier()
-    assert caught is not None and caught.signum == signal.SIGTERM
-    comm.Barrier()
-    cut = results.load(shared_dir / "cut.h5.partial")[0]
+    _execute(cfg, shared_dir / "full.h5")
+    cut_at = (iterations * 6 // 10) + 3                      # off the evaluation grid (eval_every = 10)
+    cut = _interrupt(cfg, shared_dir / "cut.h5", cut_at)
     assert cut.status == "interrupted"
     stopped_at = cut.attrs["iterations_done"]
-    assert 0 < stopped_at < iterations
+    assert cut_at <= stopped_at < iterations
+    if case != "adiana-allgather":          # gather: rank 0 stops in the iteration it got the signal
+        assert stopped_at == cut_at and cut.series["iteration"][-1] == cut_at     # the off-grid row
 
     _execute(cfg, shared_dir / "cut.h5", resume=True)
     comm.Barrier()
@@ -111,14 +124,90 @@ def test_interrupted_and_resumed_equals_uninterrupted(shared_dir, case):
     b = b[0]
     assert b.status == "completed" and b.attrs["iterations_done"] == iterations
     assert np.array_equal(a.x_final, b.x_final)
-    ia, ib = a.series["iteration"], b.series["iteration"]
-    assert set(ia) <= set(ib) and set(ib) - set(ia) <= {stopped_at}      # plus the row where it stopped
-    keep = np.isin(ib, ia)
+    assert np.array_equal(a.series["iteration"], b.series["iteration"])      # no row of the interruption
     for key in ("loss", "grad_norm_sq", "bits_up_model", "bits_up_wire", "bits_down_wire", "bits_down_model"):
-        assert np.array_equal(a.series[key], b.series[key][keep], equal_nan=True), key
+        assert np.array_equal(a.series[key], b.series[key], equal_nan=True), key
     for coll, sent in a.mpi_bytes.items():
-        assert np.array_equal(sent, b.mpi_bytes[coll][keep]), coll
+        assert np.array_equal(sent, b.mpi_bytes[coll]), coll
     assert np.array_equal(a.workers["sender_bytes_up"], b.workers["sender_bytes_up"])
+    full, resumed = _datasets(shared_dir / "full.h5"), _datasets(shared_dir / "cut.h5")
+    assert sorted(full) == sorted(resumed)
+    for name, value in full.items():
+        assert np.array_equal(value, resumed[name], equal_nan=value.dtype.kind == "f"), name
+
+
+class Hostile:
+    """Unpickling this creates ``marker``: what a pickled checkpoint from someone else could do."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_resume_refuses_untrusted_checkpoints_and_runs_nothing(shared_dir):
+    """A hostile pickle where a checkpoint was (the old format, or the new one's name with pickled
+    bytes), and a typed checkpoint whose shapes do not fit: --resume refuses with one line on every
+    rank, nothing runs, the partial file keeps its rows; the genuine checkpoint then resumes."""
+    import pickle
+
+    import h5py
+
+    from hpcgc.errors import UserError
+    cfg = _cfg(CASES["dcgd-randk"], 200)
+    out = shared_dir / "h.h5"
+    cut = _interrupt(cfg, out, 57)
+    rows = len(cut.series["iteration"])
+    ck = shared_dir / "h.h5.checkpoint" / f"{cut.run_id}.h5"
+    genuine = ck.with_name("genuine.h5")
+    marker = shared_dir / "pwned"
+    blob = np.frombuffer(pickle.dumps({"x": Hostile(marker)}), dtype=np.uint8)
+
+    def plant(kind):
+        if comm.rank == 0:
+            if kind == "old":           # what hpcgc wrote before typed checkpoints
+                with h5py.File(ck, "w") as f:
+                    for r in range(comm.size):
+                        f.create_dataset(f"rank_{r}", data=blob)
+                    f.attrs.update(iteration=57, rows=rows, ranks=comm.size, run_id=cut.run_id,
+                                   format="one pickled dict per rank (hpcgc.run.checkpoint.RunState)")
+            elif kind == "disguised":   # the new format's name over pickled bytes
+                with h5py.File(ck, "w") as f:
+                    for r in range(comm.size):
+                        f.create_dataset(f"rank_{r}", data=blob)
+                    f.attrs.update(iteration=57, rows=rows, ranks=comm.size, run_id=cut.run_id,
+                                   format=results.CHECKPOINT_FORMAT, checkpoint_version=results.CHECKPOINT_VERSION)
+            elif kind == "reshaped":    # typed, but rank 2's iterate is shorter than this run's
+                import shutil
+                shutil.copy(genuine, ck)
+                with h5py.File(ck, "r+") as f:
+                    x = f["rank_2/x"][()]
+                    del f["rank_2/x"]
+                    f["rank_2/x"] = x[:-1]
+        comm.Barrier()
+
+    if comm.rank == 0:
+        os.replace(ck, genuine)
+    comm.Barrier()
+    for kind, says in (("old", "predates typed checkpoints"), ("disguised", "not the groups rank_0"),
+                       ("reshaped", "rank 2: checkpoint of run .*/x is float64\\[123\\], this run's is float64\\[124\\]")):
+        plant(kind)
+        with pytest.raises(UserError, match=says) as refused:
+            _execute(cfg, out, resume=True)
+        assert "\n" not in str(refused.value)
+        comm.Barrier()
+        assert not marker.exists()
+        left = results.load(shared_dir / "h.h5.partial")[0]
+        assert left.status == "interrupted" and len(left.series["iteration"]) == rows, kind
+        assert ck.exists()
+        comm.Barrier()
+    if comm.rank == 0:
+        os.replace(genuine, ck)
+    comm.Barrier()
+    _execute(cfg, out, resume=True)
+    comm.Barrier()
+    assert results.load(out)[0].attrs["iterations_done"] == 200 and not marker.exists()
 
 
 def test_resume_refuses_a_different_experiment(shared_dir):
