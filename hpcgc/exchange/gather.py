@@ -168,7 +168,7 @@ class Gather(Exchange):
 
     def restore(self, state: dict) -> None:
         if "down_rng" in state:
-            set_rng_state(self.down_rng, state["down_rng"], "exchange/down_rng")
+            set_rng_state(self.down_rng, state["down_rng"], "/exchange/down_rng")
 
     def _deliver(self, payload):
         return self.t.gather_payloads(payload)

@@ -114,14 +114,17 @@ class RunState:
         if not isinstance(k, np.ndarray) or k.shape != () or k.dtype.kind not in "iu" \
                 or not 0 < int(k) < self.clock.iterations:
             raise StateMismatch(f"{where}: no iteration between 1 and {self.clock.iterations - 1}")
-        tree = conform(self.capture(int(k), 0), stored, where)
-        self.restore(tree, where)
+        try:
+            tree = conform(self.capture(int(k), 0), stored)
+            self.restore(tree)
+        except StateMismatch as exc:
+            raise StateMismatch(f"{where}: {exc}") from None
         return tree["iteration"]
 
-    def restore(self, st: dict, where: str = "state") -> int:
+    def restore(self, st: dict) -> int:
         """Put a captured (or conformed) tree back; returns the iteration it was taken at."""
         for j, g in enumerate(self.rngs):               # first: the one part numpy checks itself
-            set_rng_state(g, st["rngs"][f"g{j}"], f"{where}/rngs/g{j}")
+            set_rng_state(g, st["rngs"][f"g{j}"], f"/rngs/g{j}")
         self.x[:] = st["x"]
         restore_arrays(self.ws, st["worker"])
         restore_arrays(self.ss, st["server"])
