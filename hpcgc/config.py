@@ -130,7 +130,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
                            "comm_up/comm_down hold transfer only (false: waiting is in comm_*)"),
         "warm_up": Key(bool, False, "one untimed iteration before the timed loop, then every state restored as "
                        "from a checkpoint: MPI connection set-up and first-touch costs are not the method's "
-                       "(costs one pickled copy of the run's state at the start)"),
+                       "(costs one copy of the run's state at the start)"),
     },
 }
 

@@ -6,6 +6,7 @@ non-physical line."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -49,7 +50,11 @@ def test_negative_local_beta_widens_to_the_neighbouring_sizes(tmp_path):
     assert "not > 0" in fit.note and "widened to" in fit.note
     text = fit.text("allreduce", 192.0)
     used, said = text.split(" (", 1)
-    assert "-" not in used and "β_c -12.1 ns/B, not > 0; widened to 4 B…8 KiB" in said
+    assert "-" not in used
+    assert text == ("allreduce 192 B: α_c 21.9 µs, β_c 0.663 ns/B (the fit over 64 B…512 B gave α_c 29.9 µs, "
+                    "β_c -12.1 ns/B, not > 0; widened to 4 B…8 KiB)")          # as docs/breakeven.md quotes it
+    doc = " ".join((Path(__file__).resolve().parents[1] / "docs" / "breakeven.md").read_text().split())
+    assert " ".join(text.split()) in doc
     assert be.message_seconds_local(lat, "allreduce", 192.0, 4) > 0
     big = be.local_fit(lat, "allreduce", 2.0 ** 18)          # a sane window: the local line, no note
     assert big.ok and big.note == "" and math.isclose(big.beta_c, 1e-9, rel_tol=1e-6)
