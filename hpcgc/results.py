@@ -210,14 +210,14 @@ class ResultsWriter:
             raise UserError(f"--resume: checkpoint {ck}: {_cause(exc) if isinstance(exc, OSError) else exc}") from None
 
     @guarded
-    def resume_run(self, run_id: str, rows: int, iteration: int, eval_every: int) -> RunWriter:
+    def resume_run(self, run_id: str, rows: int, iteration: int, eval_every: int, iterations: int) -> RunWriter:
         """The writer of an interrupted run, its rows cut back to the checkpoint's: the ``rows``
         written when it was taken, less a row the interruption wrote off the evaluation grid (a
         stop between evaluation points records where it stopped; the resumed run passes that
         iteration without evaluating, as the uninterrupted run did)."""
         it = self.f["runs"][run_id]["iteration"][:rows]
-        on_grid = (it < iteration) | ((it == iteration) & (it % eval_every == 0))
-        keep = int(np.argmin(on_grid)) if not on_grid.all() else rows
+        on_grid = (it < iteration) | ((it == iteration) & ((it % eval_every == 0) | (it == iterations)))
+        keep = int(np.argmin(on_grid)) if not on_grid.all() else it.size
         return RunWriter(self, self.f["runs"][run_id], {}, 0, 0, rows=keep)
 
     def require_space(self, nbytes: int):

@@ -112,8 +112,8 @@ class RunState:
         if it does not fit; nothing is changed then."""
         k = stored.get("iteration")
         if not isinstance(k, np.ndarray) or k.shape != () or k.dtype.kind not in "iu" \
-                or not 0 < int(k) < self.clock.iterations:
-            raise StateMismatch(f"{where}: no iteration between 1 and {self.clock.iterations - 1}")
+                or not 0 < int(k) <= self.clock.iterations:
+            raise StateMismatch(f"{where}: no iteration between 1 and {self.clock.iterations}")
         try:
             tree = conform(self.capture(int(k), 0), stored)
             self.restore(tree)

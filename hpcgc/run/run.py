@@ -283,7 +283,8 @@ class Run:
                 err = UserError(f"--resume: {exc}")
             t.agree(err)
         if root and self.writer is not None:
-            rw = (self.writer.resume_run(self.rp.run_id, self.resume_rows, start, r["eval_every"])
+            rw = (self.writer.resume_run(self.rp.run_id, self.resume_rows, start, r["eval_every"],
+                                                r["iterations"])
                   if resume is not None else
                   self.writer.begin_run(self.rp.run_id, self._attrs(), s.n_workers, t.size))
         if root:
