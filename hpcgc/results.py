@@ -182,6 +182,7 @@ class ResultsWriter:
                 groups = sorted(f) == sorted(names) and _py(f.attrs.get("ranks")) == ranks and all(
                     isinstance(f.get(n, getlink=True), h5py.HardLink) and isinstance(f[n], h5py.Group) for n in names)
                 held = sorted(f)
+                counts = [_py(f.attrs.get(k)) for k in ("iteration", "rows")]
         except OSError as exc:
             return f"{ck} cannot be read ({_cause(exc)})"
         if fmt.startswith("one pickled dict"):
@@ -191,6 +192,8 @@ class ResultsWriter:
             return f"{ck} is not an hpcgc typed checkpoint (version {CHECKPOINT_VERSION})"
         if not groups:
             return f"{ck} holds {', '.join(held[:6])}, not the groups rank_0 … rank_{ranks - 1}"
+        if not all(isinstance(c, int) and c >= 0 for c in counts):
+            return f"{ck} has no iteration and rows (non-negative integers)"
         return None
 
     def load_checkpoint(self, run_id: str, ranks: int):
