@@ -40,8 +40,6 @@ FLUSH_SECONDS = 2.0
 METADATA_MARGIN = 256 * 1024          # bytes kept free beyond a write's data (HDF5 metadata, chunk index)
 PARTIAL_SUFFIX = ".partial"
 CHECKPOINT_SUFFIX = ".checkpoint"     # a directory beside the results file: one <run_id>.h5 per interrupted run
-CHECKPOINT_FORMAT = "hpcgc typed state, one group per rank"     # docs/results.md "Checkpoints"
-CHECKPOINT_VERSION = 1
 
 SCALAR_SERIES = ("iteration", "loss", "suboptimality", "dist_to_opt", "grad_norm_sq", "accuracy", "train_accuracy",
                  "test_loss", "bits_down_wire", "bits_down_model", "grad_evals")
@@ -162,55 +160,21 @@ class ResultsWriter:
         ck = self.checkpoints / f"{run_id}.h5"
         if not ck.exists():
             return (_py(g.attrs.get("status", "")), None)
-        with h5py.File(ck, "r") as f:
-            return (_py(g.attrs.get("status", "")), int(f.attrs["iteration"]))
+        from . import checkpoint_file
+        return (_py(g.attrs.get("status", "")), checkpoint_file.iteration(ck))
 
     def drop_run(self, run_id: str):
         del self.f["runs"][run_id]
 
     def checkpoint_problem(self, run_id: str, ranks: int) -> str | None:
-        """Why the run's checkpoint cannot be loaded by this version at ``ranks`` ranks (None: it can,
-        or there is none): its format and its groups, before anything runs."""
-        ck = self.checkpoints / f"{run_id}.h5"
-        if not ck.exists():
-            return None
-        try:
-            with h5py.File(ck, "r") as f:
-                fmt = str(_py(f.attrs.get("format", "")))
-                version = _py(f.attrs.get("checkpoint_version"))
-                names = [f"rank_{r}" for r in range(ranks)]
-                groups = sorted(f) == sorted(names) and _py(f.attrs.get("ranks")) == ranks and all(
-                    isinstance(f.get(n, getlink=True), h5py.HardLink) and isinstance(f[n], h5py.Group) for n in names)
-                held = sorted(f)
-                counts = [_py(f.attrs.get(k)) for k in ("iteration", "rows")]
-        except OSError as exc:
-            return f"{ck} cannot be read ({_cause(exc)})"
-        if fmt.startswith("one pickled dict"):
-            return (f"{ck} predates typed checkpoints (it holds pickled state, which hpcgc no longer loads: "
-                    "unpickling a file can run code); delete it to rerun that run from its start")
-        if fmt != CHECKPOINT_FORMAT or version != CHECKPOINT_VERSION:
-            return f"{ck} is not an hpcgc typed checkpoint (version {CHECKPOINT_VERSION})"
-        if not groups:
-            return f"{ck} holds {', '.join(held[:6])}, not the groups rank_0 … rank_{ranks - 1}"
-        if not all(isinstance(c, int) and c >= 0 for c in counts):
-            return f"{ck} has no iteration and rows (non-negative integers)"
-        return None
+        """Why the run's checkpoint cannot be loaded at ``ranks`` ranks (:func:`hpcgc.checkpoint_file.problem`)."""
+        from . import checkpoint_file
+        return checkpoint_file.problem(self.checkpoints / f"{run_id}.h5", ranks)
 
     def load_checkpoint(self, run_id: str, ranks: int):
-        """(iteration, rows, [per-rank state trees]) of the run's checkpoint, read as plain arrays,
-        numbers and strings (:func:`hpcgc.typed_state.read`; each rank checks its own tree against
-        its run). UserError (one line) for a checkpoint of another format or shape."""
-        from .typed_state import StateMismatch, read
-        problem = self.checkpoint_problem(run_id, ranks)
-        if problem:
-            raise UserError(f"--resume: {problem}")
-        ck = self.checkpoints / f"{run_id}.h5"
-        try:
-            with h5py.File(ck, "r") as f:
-                trees = [read(f[f"rank_{r}"]) for r in range(ranks)]
-                return int(f.attrs["iteration"]), int(f.attrs["rows"]), trees
-        except (StateMismatch, OSError, KeyError, ValueError, TypeError) as exc:
-            raise UserError(f"--resume: checkpoint {ck}: {_cause(exc) if isinstance(exc, OSError) else exc}") from None
+        """(iteration, rows, [per-rank state trees]) of the run's checkpoint (:func:`hpcgc.checkpoint_file.load`)."""
+        from . import checkpoint_file
+        return checkpoint_file.load(self.checkpoints / f"{run_id}.h5", ranks)
 
     @guarded
     def resume_run(self, run_id: str, rows: int, iteration: int, eval_every: int, iterations: int) -> RunWriter:
@@ -315,26 +279,15 @@ class RunWriter:
 
     @guarded
     def save_checkpoint(self, iteration: int, trees: list) -> int:
-        """The run's state at ``iteration`` (one typed tree per rank, :mod:`hpcgc.typed_state`:
-        groups ``rank_<r>``) into ``<results>.checkpoint/<run_id>.h5``, written beside and renamed
-        over the previous one (a crash while writing leaves the previous checkpoint intact).
-        Returns the bytes of state written."""
-        from .typed_state import write
+        """The run's state at ``iteration`` (one typed tree per rank, :mod:`hpcgc.typed_state`) into
+        ``<results>.checkpoint/<run_id>.h5`` (:func:`hpcgc.checkpoint_file.save`); returns its bytes."""
+        from . import checkpoint_file
         self.write_rows()                        # the rows the checkpoint refers to are on disk first
         self.parent.f.flush()
         self.parent.require_space(sum(_tree_bytes(t) for t in trees))
         d = self.parent.checkpoints
         d.mkdir(exist_ok=True)
-        final = d / f"{self.run_id}.h5"
-        tmp = final.with_name(final.name + ".tmp")
-        nbytes = 0
-        with h5py.File(tmp, "w") as f:
-            for r, tree in enumerate(trees):
-                nbytes += write(f.create_group(f"rank_{r}"), tree)
-            f.attrs.update(iteration=iteration, rows=self.rows, ranks=len(trees), run_id=self.run_id,
-                           format=CHECKPOINT_FORMAT, checkpoint_version=CHECKPOINT_VERSION)
-        os.replace(tmp, final)
-        return nbytes
+        return checkpoint_file.save(d / f"{self.run_id}.h5", iteration, self.rows, self.run_id, trees)
 
     @guarded
     def set_attrs(self, attrs: dict):

@@ -111,3 +111,26 @@ def test_read_refuses_other_datasets_and_runs_nothing(tmp_path):
         with pytest.raises(StateMismatch, match="lacks x"):      # and a blob fits no run's state
             conform({"x": np.zeros(3)}, read(f["a"]))
     assert not marker.exists()
+
+
+def test_checkpoint_file_refuses_other_formats_before_reading_state(tmp_path):
+    from hpcgc import checkpoint_file as cf
+    from hpcgc.errors import UserError
+    path = tmp_path / "run.h5"
+    assert cf.problem(path, 2) is None                                 # no checkpoint: nothing to refuse
+    trees = [_tree(), {**_tree(), "x": np.arange(3.0)}]
+    cf.save(path, 57, 6, "run", trees)
+    assert cf.problem(path, 2) is None and cf.iteration(path) == 57
+    k, rows, back = cf.load(path, 2)
+    assert (k, rows) == (57, 6) and np.array_equal(back[1]["x"], np.arange(3.0))
+    assert "not the groups rank_0 … rank_2" in cf.problem(path, 3)     # another rank count
+    for attrs, says in (({"format": "one pickled dict per rank (hpcgc.run.checkpoint.RunState)"},
+                         "predates typed checkpoints"),
+                        ({"checkpoint_version": 2}, "not an hpcgc typed checkpoint"),
+                        ({"iteration": "57"}, "no iteration and rows")):
+        cf.save(path, 57, 6, "run", trees)
+        with h5py.File(path, "r+") as f:
+            f.attrs.update(attrs)
+        assert says in cf.problem(path, 2)
+        with pytest.raises(UserError, match=says):
+            cf.load(path, 2)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hpcgc import config, results
+from hpcgc import checkpoint_file, config, results
 from hpcgc.run import execute, prepare
 from hpcgc.run.signals import REQUEST, Interrupted
 from hpcgc.transport import Transport
@@ -177,7 +177,7 @@ def test_resume_refuses_untrusted_checkpoints_and_runs_nothing(shared_dir):
                     for r in range(comm.size):
                         f.create_dataset(f"rank_{r}", data=blob)
                     f.attrs.update(iteration=57, rows=rows, ranks=comm.size, run_id=cut.run_id,
-                                   format=results.CHECKPOINT_FORMAT, checkpoint_version=results.CHECKPOINT_VERSION)
+                                   format=checkpoint_file.FORMAT, checkpoint_version=checkpoint_file.VERSION)
             elif kind == "reshaped":    # typed, but rank 2's iterate is shorter than this run's
                 import shutil
                 shutil.copy(genuine, ck)
