@@ -134,7 +134,7 @@ def conform(template: dict, stored: dict, where: str = "") -> dict:
             out[k] = v
             continue
         if not isinstance(v, np.ndarray):
-            raise StateMismatch(f"{path} should be numeric, got a string")
+            raise StateMismatch(f"{path} should be numeric")
         if isinstance(t, np.ndarray):
             if v.shape != t.shape or v.dtype != t.dtype:
                 raise StateMismatch(f"{path} is {v.dtype}{list(v.shape)}, this run's is {t.dtype}{list(t.shape)}")
