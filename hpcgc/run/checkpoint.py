@@ -69,12 +69,12 @@ class Policy:
         self.last_k, self.last_t = k, time.monotonic()
 
 
-def arrays_of(state) -> dict:
-    """Copies of every numpy array field of a state dataclass (None → {})."""
+def arrays_of(state, copy: bool = True) -> dict:
+    """Every numpy array field of a state dataclass (None → {}), copied unless ``copy=False``."""
     if state is None:
         return {}
-    return {f.name: getattr(state, f.name).copy() for f in dataclasses.fields(state)
-            if isinstance(getattr(state, f.name), np.ndarray)}
+    return {f.name: getattr(state, f.name).copy() if copy else getattr(state, f.name)
+            for f in dataclasses.fields(state) if isinstance(getattr(state, f.name), np.ndarray)}
 
 
 def restore_arrays(state, saved: dict) -> None:
@@ -91,17 +91,21 @@ class RunState:
         self.t, self.x, self.ws, self.ss, self.ex, self.rngs = transport, x, ws, ss, ex, rngs
         self.clock, self.ledger, self.stop_rules, self.budgets = clock, ledger, stop_rules, budgets
 
-    def capture(self, k: int, rows: int) -> dict:
+    def capture(self, k: int, rows: int, copy: bool = True) -> dict:
+        """The state as a typed tree; ``copy=False`` (a checkpoint, sent and written at once): the
+        live arrays themselves, no second copy of the state in memory."""
+        c = np.copy if copy else (lambda a: a)
         pi = self.clock.per_iteration
-        timers = {"totals": self.clock.totals.copy(), "mpi_ledger": self.t.ledger.copy()}
+        timers = {"totals": c(self.clock.totals), "mpi_ledger": c(self.t.ledger)}
         if pi is not None:
-            timers["per_iteration"] = pi[:k].copy()
-        st = {"iteration": int(k), "x": self.x.copy(), "worker": arrays_of(self.ws), "server": arrays_of(self.ss),
+            timers["per_iteration"] = c(pi[:k])
+        st = {"iteration": int(k), "x": c(self.x), "worker": arrays_of(self.ws, copy),
+              "server": arrays_of(self.ss, copy),
               "exchange": self.ex.state(), "rngs": {f"g{j}": rng_state(g) for j, g in enumerate(self.rngs)},
               "timers": timers}
         if self.ledger is not None:                 # rank 0
             start = self.stop_rules.start
-            st["root"] = {"model": self.ledger.model.copy(), "wire": self.ledger.wire.copy(),
+            st["root"] = {"model": c(self.ledger.model), "wire": c(self.ledger.wire),
                           "down": float(self.ledger.down), "down_model": float(self.ledger.down_model),
                           "start": float("nan") if start is None else float(start), "rows": int(rows),
                           "elapsed": time.monotonic() - self.budgets.t0}
@@ -116,7 +120,7 @@ class RunState:
                 or not 0 < int(k) <= self.clock.iterations:
             raise StateMismatch(f"{where}: no iteration between 1 and {self.clock.iterations}")
         try:
-            tree = conform(self.capture(int(k), 0), stored)
+            tree = conform(self.capture(int(k), 0, copy=False), stored)     # the template: names, shapes, dtypes
             self.restore(tree)
         except StateMismatch as exc:
             raise StateMismatch(f"{where}: {exc}") from None
@@ -158,7 +162,7 @@ class Checkpointer:
 
     def __call__(self, k: int):
         t0 = time.perf_counter()
-        trees = self.t.gather_object(self.state.capture(k, self.w.rows if self.w is not None else 0))
+        trees = self.t.gather_object(self.state.capture(k, self.w.rows if self.w is not None else 0, copy=False))
         if self.w is not None:
             nbytes = self.w.save_checkpoint(k, trees)
             self.policy.taken(k)
