@@ -1,4 +1,6 @@
-"""Shared test helpers: where the real data lives, and how to start a real mpiexec."""
+"""Shared test helpers: where the real data lives, how to start a real mpiexec, what a test does when
+a component it needs is missing (``need``); the plugins for the quick tier (``--quick``,
+tests/quick.py) and the required-tests check (``--required``, tests/required.py)."""
 from __future__ import annotations
 
 import os
@@ -13,11 +15,39 @@ ROOT = Path(__file__).resolve().parents[1]
 LIBSVM = ROOT.parent / "shared" / "data" / "libsvm"
 MPI_TIMEOUT = int(os.environ.get("HPCGC_TEST_MPI_TIMEOUT", "300"))
 
+pytest_plugins = ["tests.required", "tests.quick"]   # the required-tests check, the quick tier
+
+
+def pytest_ignore_collect(collection_path, config):
+    """tests/mpi runs under mpiexec (``--with-mpi``, launched by tests/test_cli_mpi.py): a serial run
+    does not collect it (instead of 60-odd skips that would hide the skips that matter)."""
+    if collection_path == ROOT / "tests" / "mpi" and not config.getoption("--with-mpi", default=False):
+        return True
+    return None
+
+
+def need(what: str, how: str):
+    """A component the test needs is missing: under CI=true the test fails, elsewhere it is skipped;
+    either way the message says what is missing and how to get it."""
+    from tests.required import in_ci
+    msg = f"{what}; {how}"
+    if in_ci():
+        pytest.fail(f"missing in CI (CI=true): {msg}", pytrace=False)
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def boundscheck_cache(tmp_path_factory) -> Path:
+    """NUMBA_CACHE_DIR of the NUMBA_BOUNDSCHECK=1 fuzz tests: apart from the normal cache (no kernel
+    compiled without bounds checks is loaded, none compiled with them is left behind), shared by
+    them (the second loads the kernels the first compiled instead of compiling them again)."""
+    return tmp_path_factory.mktemp("numba-boundscheck")
+
 
 def libsvm_path(name: str) -> Path:
     p = LIBSVM / name
     if not p.exists():
-        pytest.skip(f"real data {p} not available (expects ../shared/data/libsvm beside the project)")
+        need(f"real data {p} not available", "put the LIBSVM files in ../shared/data/libsvm beside the project")
     return p
 
 
@@ -25,7 +55,7 @@ def mpiexec_cmd(n: int) -> list[str]:
     """mpiexec of the MPI that mpi4py uses (the venv's wheel, or the site's), with the flags it needs."""
     exe = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
     if exe is None:
-        pytest.skip("no mpiexec found")
+        need("no mpiexec found", "bash scripts/setup.sh installs MPICH into .venv")
     version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
     cmd = [exe, "-n", str(n)]
     if "Open MPI" in version or "OpenRTE" in version:

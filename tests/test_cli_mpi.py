@@ -5,6 +5,9 @@ hangs fails the test instead of hanging CI.
 """
 from __future__ import annotations
 
+import json
+import re
+
 import h5py
 import pytest
 
@@ -17,21 +20,35 @@ N = 4
 
 
 MPI_FILES = sorted((ROOT / "tests" / "mpi").glob("test_*.py"))
+FILES_PER_LAUNCH = 5
+"""Each mpiexec -n 4 launch costs every rank its start (Python, MPI, pytest, hpcgc, the kernels
+loaded from numba's cache) before any test runs — a few CPU-seconds per rank. Files share launches
+(sorted, up to 5 a launch: a new file joins one without an edit here)."""
+MPI_LAUNCHES = [MPI_FILES[i:i + FILES_PER_LAUNCH] for i in range(0, len(MPI_FILES), FILES_PER_LAUNCH)]
 
 
 SUITE_TIMEOUT = 2 * MPI_TIMEOUT
 """One file of tests/mpi takes 0.5-2 min on an idle 2-core machine, 4+ min on a loaded one (resume:
-12 runs that are interrupted and resumed): its launch gets twice the budget of a single run."""
+12 runs that are interrupted and resumed): each file brings twice the budget of a single run to
+its launch (MPIEXEC_TIMEOUT = the sum over the launch's files)."""
 
 
-@pytest.mark.timeout(SUITE_TIMEOUT + 60)
-@pytest.mark.parametrize("path", MPI_FILES, ids=lambda p: p.stem)
-def test_pytest_mpi_suite_on_4_ranks(path):
-    """Each file of tests/mpi in its own mpiexec -n 4 launch (its own MPIEXEC_TIMEOUT budget)."""
-    p = run_mpi(N, ["-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider", "-x", str(path)],
-                mpi_timeout=SUITE_TIMEOUT)
+def _launch_id(files) -> str:
+    return "+".join(p.stem.removeprefix("test_").removesuffix("_mpi") for p in files)
+
+
+@pytest.mark.timeout(SUITE_TIMEOUT * FILES_PER_LAUNCH + 60)
+@pytest.mark.parametrize("files", MPI_LAUNCHES, ids=_launch_id)
+def test_pytest_mpi_suite_on_4_ranks(files):
+    """The files of tests/mpi under one mpiexec -n 4 per group of files; every test must pass on
+    every rank — a skip is a failure too (the launch gives them the 4 ranks they ask for)."""
+    p = run_mpi(N, ["-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider", "-rfEs", *map(str, files)],
+                mpi_timeout=SUITE_TIMEOUT * len(files))
     assert p.returncode == 0, show(p)
-    assert "passed" in p.stdout and "failed" not in p.stdout
+    summaries = [ln for ln in p.stdout.splitlines() if re.search(r"\d+ (passed|failed|skipped)", ln)]
+    assert summaries, show(p)                                            # a summary line per rank
+    for line in summaries:
+        assert not re.search(r"failed|error|skipped|xfail|deselected", line), show(p)
 
 
 def test_default_benchmark_runs_and_writes_results(tmp_path):
@@ -127,8 +144,46 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("args,needle", BAD, ids=[" ".join(a) for a, _ in BAD])
-def test_bad_input_one_message_nonzero_everywhere_no_file(tmp_path, args, needle):
+@pytest.fixture(scope="module")
+def bad_input_runs(tmp_path_factory):
+    """Every case of BAD on 4 ranks in one mpiexec launch (tests/cli_cases.py: ``hpcgc.bench.main`` per
+    case in each rank's process, stdout/stderr captured): {case index: (per-rank results, its -o dir)}."""
+    d = tmp_path_factory.mktemp("bad-input")
+    cases = []
+    for i, (args, _) in enumerate(BAD):
+        (d / f"case-{i}").mkdir()
+        cases.append([*args, "-o", str(d / f"case-{i}" / "bad.h5")])
+    (d / "cases.json").write_text(json.dumps(cases))
+    p = run_mpi(N, ["-m", "tests.cli_cases", str(d / "cases.json"), str(d)])
+    assert p.returncode == 0, show(p)
+    ranks = [json.loads((d / f"rank-{r}.json").read_text()) for r in range(N)]
+    return {i: ([r[i] for r in ranks], d / f"case-{i}") for i in range(len(BAD))}
+
+
+@pytest.mark.parametrize("case", range(len(BAD)), ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_one_message_nonzero_everywhere_no_file(bad_input_runs, case):
+    """Exit status 2 on every rank, one ``hpcgc: error:`` line over all ranks, naming the problem, no
+    traceback, nothing written. (These run in one launch; test_bad_input_in_its_own_launch runs
+    some as whole processes under mpiexec.)"""
+    got, out_dir = bad_input_runs[case]
+    needle = BAD[case][1]
+    assert [g["rc"] for g in got] == [2] * N, got
+    stderr = "".join(g["stderr"] for g in got)
+    errors = [line for line in stderr.splitlines() if line.startswith("hpcgc: error:")]
+    assert len(errors) == 1, got                             # one message, not one per rank
+    assert needle in errors[0], errors[0]
+    assert "Traceback" not in stderr
+    assert list(out_dir.iterdir()) == []                     # nothing half-written
+
+
+OWN_LAUNCH = [(a, n) for a, n in BAD if a[-1] in ("run.algorithm=adam", "data.dataset=libsvm:/nonexistent/a9a",
+                                                  "data.dataset=synthetic:logreg,n=3,d=5", "/nonexistent.toml")]
+"""Bad input as the user meets it, one mpiexec per command: an unknown name (plan time), a missing
+data file, a data set too small for the workers (found once the data is made), a missing --config."""
+
+
+@pytest.mark.parametrize("args,needle", OWN_LAUNCH, ids=[" ".join(a) for a, _ in OWN_LAUNCH])
+def test_bad_input_in_its_own_launch(tmp_path, args, needle):
     out = tmp_path / "bad.h5"
     p = run_mpi(N, ["-m", "hpcgc.bench", *args, "-o", str(out)], timeout=120)
     assert p.returncode == 2, show(p)

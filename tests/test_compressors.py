@@ -1457,7 +1457,7 @@ def test_fuzz_corrupted_payloads():
 
 @pytest.mark.skipif(not __import__("os").environ.get("HPCGC_TEST_BOUNDSCHECK"),
                     reason="set HPCGC_TEST_BOUNDSCHECK=1 (recompiles every kernel with bounds checks, ~30 s)")
-def test_fuzz_with_numba_boundscheck(tmp_path):
+def test_fuzz_with_numba_boundscheck(boundscheck_cache):
     """The same fuzzing with NUMBA_BOUNDSCHECK=1: any out-of-bounds access in a kernel raises."""
     import os
     import subprocess
@@ -1466,7 +1466,7 @@ def test_fuzz_with_numba_boundscheck(tmp_path):
     from .conftest import ROOT
     code = ("import tests.test_compressors as t; a, r = t.fuzz_decoders(t.FUZZ_SPECS, trials=200, seed=1); "
             "print(a, r)")
-    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path)}
+    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(boundscheck_cache)}
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]

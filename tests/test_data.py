@@ -3,6 +3,7 @@
 import functools
 import gzip
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from hpcgc import data
 from hpcgc.errors import ConfigError, DataError, UserError
+from tests.conftest import need
 
 LIBSVM_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "libsvm"
 
@@ -22,7 +24,8 @@ LIBSVM_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "l
 def _libsvm_file(name):
     path = LIBSVM_DIR / name
     if not path.is_file():
-        pytest.skip(f"real LIBSVM data not available: {path} is missing")
+        need(f"real LIBSVM data not available: {path} is missing",
+             "put the LIBSVM files in ../shared/data/libsvm beside the project")
     return path
 
 
@@ -148,15 +151,27 @@ def test_directory_is_an_error(tmp_path):
         data.load(f"libsvm:{tmp_path}")
 
 
-@pytest.mark.skipif(
-    not hasattr(os, "geteuid") or os.geteuid() == 0,
-    reason="running as root: file permissions are not enforced",
-)
 def test_unreadable_file(tmp_path):
+    """A file without read permission. Root reads anything (CAP_DAC_OVERRIDE), so as root (as CI
+    runs) the load runs in a child that ``setpriv`` has stripped of the capabilities that bypass
+    file permissions — still root, still the file's owner, but mode 000 now refuses it."""
     path = _write(tmp_path, "secret.svm", GOOD)
     path.chmod(0)
-    with pytest.raises(DataError, match="cannot read data file"):
-        data.load(f"libsvm:{path}")
+    if os.geteuid() != 0:
+        with pytest.raises(DataError, match="cannot read data file"):
+            data.load(f"libsvm:{path}")
+        return
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        need("running as root and no setpriv to drop CAP_DAC_OVERRIDE", "apt-get install util-linux")
+    code = ("import sys; from hpcgc import data; from hpcgc.errors import DataError\n"
+            "try:\n    data.load(sys.argv[1])\nexcept DataError as e:\n    print(e); sys.exit(7)\n")
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([setpriv, "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-all",
+                        sys.executable, "-c", code, f"libsvm:{path}"], capture_output=True, text=True,
+                       cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+    assert p.returncode == 7, (p.returncode, p.stdout, p.stderr)
+    assert "cannot read data file" in p.stdout and "secret.svm" in p.stdout, p.stdout
 
 
 @pytest.mark.parametrize("text", ["", "# only a comment\n\n"])

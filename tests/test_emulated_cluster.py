@@ -7,8 +7,10 @@ transfer dominates, and its measured per-iteration communication time is checked
 Allreduce model (``hpcgc.analysis.costmodels.allreduce``, Thakur, Rabenseifner, Gropp 2005) within
 25 %. The cluster is torn down in a ``finally`` even when anything fails.
 
-Runs in the default suite where it can (root, or CAP_NET_ADMIN + CAP_SYS_ADMIN; ``ip`` and ``tc``;
-the kernel's veth, bridge and tbf; MPICH's hydra mpiexec); skipped with the reason otherwise.
+Needs root (or CAP_NET_ADMIN + CAP_SYS_ADMIN), ``ip`` and ``tc`` (iproute2), the kernel's veth,
+bridge and tbf, and MPICH's hydra mpiexec. Where one is missing the test says which and how to get
+it, and skips — except under CI=true, where it fails (tests/required.txt). The model check is judged
+whatever the load: a loaded machine is printed with the failure, never turned into a skip.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import pytest
 
 from hpcgc import results
 from hpcgc.analysis import costmodels
-from tests.conftest import ROOT, mpi_env, mpiexec_cmd, show
+from tests.conftest import ROOT, mpi_env, mpiexec_cmd, need, show
 
 SCRIPT = ROOT / "scripts" / "emulated-cluster.sh"
 NODES = 2
@@ -33,6 +35,8 @@ D = 1 << 19                    # float32 Allreduce of 2 MiB per iteration: ~17 m
 ITERATIONS = 40
 TOLERANCE = 0.25
 MPI_TIMEOUT_S = 150            # MPIEXEC_TIMEOUT of each launch (seconds)
+HOW = ("run as root (or with CAP_NET_ADMIN + CAP_SYS_ADMIN), apt-get install iproute2, on a Linux kernel with "
+       "veth, bridge and sch_tbf; docs/emulated-cluster.md")
 
 
 
@@ -60,7 +64,8 @@ def _requirements() -> str | None:
 def _mpiexec() -> str:
     exe = mpiexec_cmd(NODES)[0]
     if "HYDRA" not in subprocess.run([exe, "--version"], capture_output=True, text=True).stdout:
-        pytest.skip(f"{exe} is not MPICH's hydra mpiexec (the emulation launches through -launcher-exec)")
+        need(f"{exe} is not MPICH's hydra mpiexec (the emulation launches through -launcher-exec)",
+             "bash scripts/setup.sh with HPCGC_MPI=mpich (the default) installs it into .venv")
     return exe
 
 
@@ -88,7 +93,7 @@ def _comm_per_iteration(path) -> tuple[float, int]:
 def test_allreduce_baseline_matches_ring_model_on_2_emulated_nodes(tmp_path):
     reason = _requirements()
     if reason:
-        pytest.skip(f"no emulated cluster here: {reason}")
+        need(f"no emulated cluster here: {reason}", HOW)
     load_before = os.getloadavg()[0]
     env = mpi_env()
     env["MPIEXEC_TIMEOUT"] = str(MPI_TIMEOUT_S)     # hydra kills a launch that hangs
@@ -143,12 +148,12 @@ def test_allreduce_baseline_matches_ring_model_on_2_emulated_nodes(tmp_path):
           f"from the Allreduce fit), measured/model = {ratio:.3f}; with the point-to-point link "
           f"(Bcast fit: alpha {bc.alpha * 1e6:.1f} us, beta {bc.beta * 1e9:.3f} ns/B) {p2p * 1e3:.2f} ms, "
           f"ratio {measured / p2p:.3f}")
-    busy = max(load_before, os.getloadavg()[0]) / (os.cpu_count() or 1)
-    if busy > 1.5 and abs(ratio - 1) > TOLERANCE:
-        # every "node" shares this host's CPUs: with several runnable processes per core the sockets
-        # provider's progress, not the link, sets the time (docs/emulated-cluster.md)
-        pytest.skip(f"machine overloaded (load {busy:.1f} per CPU): measured/model {ratio:.3f} not judged")
-    assert abs(ratio - 1) <= TOLERANCE, (measured, predicted, ratio)
+    load = _load_note(load_before)
+    print(load)
+    # every "node" shares this host's CPUs: with several runnable processes per core the sockets
+    # provider's progress, not the link, sets the time (docs/emulated-cluster.md) — said, not skipped
+    assert abs(ratio - 1) <= TOLERANCE, (f"measured/model {ratio:.3f} outside 1 ± {TOLERANCE} (measured "
+                                         f"{measured * 1e3:.2f} ms, model {predicted * 1e3:.2f} ms); {load}")
 
     # the break-even report's own check of the same run (docs/breakeven.md): time to the run's last
     # recorded f − f* predicted from its measured non-transfer time and the Allreduce priced by the
@@ -164,22 +169,32 @@ def test_allreduce_baseline_matches_ring_model_on_2_emulated_nodes(tmp_path):
     check_ratio = float(row["ratio"])
     print(f"breakeven check: measured {float(row['measured_s']):.3f} s, predicted {float(row['predicted_s']):.3f} s "
           f"over {row['iterations']} iterations, ratio {check_ratio:.3f} ({row['alpha_beta']})")
-    if busy > 1.5 and abs(check_ratio - 1) > TOLERANCE:
-        pytest.skip(f"machine overloaded (load {busy:.1f} per CPU): breakeven check {check_ratio:.3f} not judged")
-    assert abs(check_ratio - 1) <= TOLERANCE, row
+    assert abs(check_ratio - 1) <= TOLERANCE, (f"breakeven check ratio {check_ratio:.3f} outside 1 ± {TOLERANCE}: "
+                                               f"{row}; {_load_note(load_before)}")
+
+
+def _load_note(load_before: float) -> str:
+    """The machine's load over the test, for the record and for a failure's message."""
+    cpus = os.cpu_count() or 1
+    worst = max(load_before, os.getloadavg()[0])
+    note = f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after, on {cpus} CPUs"
+    if worst / cpus > 1.5:
+        note += (" — a loaded machine: the emulated nodes share its CPUs, so CPU contention rather than the link "
+                 "may set the time; re-run on a quiet machine before reading a failure as a model error")
+    return note
 
 
 def test_refuses_clearly_without_privileges_or_with_bad_input():
     """Bad input is one clear line and exit 2, before anything is built."""
     if shutil.which("ip") is None or shutil.which("tc") is None:
-        pytest.skip("ip/tc not found")
+        need("ip/tc not found", HOW)
     for args, needle in [(["up", "--nodes", "1", "--rate", "1gbit", "--name", "x"], "--nodes '1'"),
                          (["up", "--nodes", "2", "--rate", "fast", "--name", "x"], "--rate 'fast'"),
                          (["up", "--nodes", "2", "--rate", "1gbit", "--name", "bad/name"], "--name 'bad/name'"),
                          (["frobnicate"], "unknown command")]:
         p = _script(*args)
         if p.returncode == 3:
-            pytest.skip(p.stderr.strip())                              # no privileges here
+            need(p.stderr.strip(), HOW)                                # no privileges here
         assert p.returncode == 2, show(p)
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("emulated-cluster: error:") and needle in lines[0], show(p)

@@ -20,7 +20,7 @@ import pytest
 
 from hpcgc import results
 from hpcgc.results import PHASES
-from tests.conftest import ROOT, mpi_env, run_mpi, show
+from tests.conftest import ROOT, mpi_env, need, run_mpi, show
 
 ARTIFACTS = Path(os.environ.get("HPCGC_TEST_ARTIFACTS", ROOT / "test-artifacts"))
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -154,7 +154,8 @@ def _browser():
             return exe
     if os.environ.get("HPCGC_REQUIRE_BROWSER"):
         pytest.fail("no chromium on PATH although HPCGC_REQUIRE_BROWSER is set (scripts/test.sh installs it)")
-    pytest.skip("no headless chromium (scripts/test.sh installs Debian's chromium)")
+    need("no headless chromium", "bash scripts/test.sh installs Debian's chromium as root "
+         "(apt-get install chromium)")
 
 
 CHECK_SCRIPT = """<script>

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from hpcgc import results
-from tests.conftest import ROOT, mpi_env, mpiexec_cmd, run_mpi
+from tests.conftest import ROOT, mpi_env, mpiexec_cmd, need, run_mpi
 
 SHORT = ["-m", "hpcgc.bench", "-q", "--set", "run.iterations=40", "--set", "sweep.algorithm=['diana']",
          "--set", "sweep.compressor=['qsgd:s=2']"]
@@ -157,11 +157,13 @@ def test_killed_rank_ends_the_job_and_the_partial_file_stays_readable(tmp_path):
 
 @pytest.fixture
 def small_fs(tmp_path):
-    """A 3 MiB tmpfs (root only, as CI runs); skipped where mounting is not allowed."""
+    """A 3 MiB tmpfs (root only, as CI runs); skipped where mounting is not allowed, failed under CI=true."""
     mnt = tmp_path / "fs"
     mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if p.returncode:
+        need(f"cannot mount a tmpfs here: {p.stderr.strip()}",
+             "run the tests as root, or in a container with CAP_SYS_ADMIN (CI runs as root)")
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 

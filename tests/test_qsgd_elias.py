@@ -494,7 +494,7 @@ def test_fuzz_corrupted_payloads():
 
 @pytest.mark.skipif(not os.environ.get("HPCGC_TEST_BOUNDSCHECK"),
                     reason="set HPCGC_TEST_BOUNDSCHECK=1 (recompiles the kernels with bounds checks)")
-def test_fuzz_with_numba_boundscheck(tmp_path):
+def test_fuzz_with_numba_boundscheck(boundscheck_cache):
     """The same fuzzing with NUMBA_BOUNDSCHECK=1: any out-of-bounds access in a kernel raises."""
     import subprocess
     import sys
@@ -506,7 +506,7 @@ def test_fuzz_with_numba_boundscheck(tmp_path):
             "x = np.random.default_rng(0).standard_normal(100_000); "
             "assert (c.decompress(c.compress(x, np.random.default_rng(1)), 100_000) != 0).any(); "
             "print(a, r, k)")
-    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path)}
+    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(boundscheck_cache)}
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=900, check=False)
     assert res.returncode == 0, res.stderr[-3000:]

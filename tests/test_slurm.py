@@ -1,7 +1,7 @@
 """The job scripts on a real SLURM: a single-node cluster (slurmctld + slurmd on localhost, munge,
 no cgroups) started by scripts/local-slurm/start-hpcgc-slurm.sh, which installs Debian's slurm-wlm
-and munge when they are missing. Skipped, with the reason, only where that is impossible (not
-root, no apt-get, packages cannot be installed).
+and munge when they are missing. Where that is impossible (not root, no apt-get, packages cannot be
+installed) the tests say so and skip — except under CI=true, where they fail (tests/required.txt).
 
 Submits jobs/hpcgc.sbatch with sbatch (2 MPI ranks, the venv's MPICH mpiexec inside the
 allocation), then a job array through jobs/submit.sh with one task killed mid-run by scancel, then
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from hpcgc import results
-from tests.conftest import ROOT
+from tests.conftest import ROOT, need
 from tests.test_jobs import JOBS, jobs_env
 
 START = ROOT / "scripts" / "local-slurm" / "start-hpcgc-slurm.sh"
@@ -41,16 +41,18 @@ def _alive(name: str) -> bool:
 
 @pytest.fixture(scope="module")
 def cluster():
+    how = ("run the tests as root (CI does): scripts/local-slurm/start-hpcgc-slurm.sh then installs Debian's "
+           "slurmctld slurmd slurm-client munge with apt-get and starts them (scripts/local-slurm/README.md)")
     if os.geteuid() != 0:
-        pytest.skip("a local SLURM needs root (it installs slurm-wlm/munge and runs slurmctld/slurmd)")
+        need("a local SLURM needs root (it installs slurm-wlm/munge and runs slurmctld/slurmd)", how)
     if not shutil.which("slurmctld") and not shutil.which("apt-get"):
-        pytest.skip("SLURM is not installed and there is no apt-get to install it")
+        need("SLURM is not installed and there is no apt-get to install it", how)
     was_running = _alive("slurmctld")
     env = dict(os.environ, HPCGC_SLURM_DIR=str(STATE))
     t0 = time.monotonic()
     p = subprocess.run(["bash", str(START)], env=env, capture_output=True, text=True, timeout=900)
     if p.returncode == 3:
-        pytest.skip(f"cannot install the SLURM packages on this machine: {p.stderr.strip()[-500:]}")
+        need(f"cannot install the SLURM packages on this machine: {p.stderr.strip()[-500:]}", how)
     assert p.returncode == 0, f"start-hpcgc-slurm.sh failed:\n{p.stdout}\n{p.stderr}"
     print(f"\nlocal SLURM ready in {time.monotonic() - t0:.1f} s")
     yield {"ready_seconds": time.monotonic() - t0}
