@@ -37,8 +37,18 @@ def _launch_id(files) -> str:
     return "+".join(p.stem.removeprefix("test_").removesuffix("_mpi") for p in files)
 
 
+QUICK_MPI_FILES = ["test_core_mpi.py"]
+"""The quick tier's (``--quick``) real-mpiexec launch: one file, alone."""
+
+
+def pytest_generate_tests(metafunc):
+    if metafunc.definition.name == "test_pytest_mpi_suite_on_4_ranks":
+        launches = ([[ROOT / "tests" / "mpi" / f for f in QUICK_MPI_FILES]] if metafunc.config.getoption("--quick")
+                    else MPI_LAUNCHES)
+        metafunc.parametrize("files", launches, ids=_launch_id)
+
+
 @pytest.mark.timeout(SUITE_TIMEOUT * FILES_PER_LAUNCH + 60)
-@pytest.mark.parametrize("files", MPI_LAUNCHES, ids=_launch_id)
 def test_pytest_mpi_suite_on_4_ranks(files):
     """The files of tests/mpi under one mpiexec -n 4 per group of files; every test must pass on
     every rank — a skip is a failure too (the launch gives them the 4 ranks they ask for)."""

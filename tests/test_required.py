@@ -17,12 +17,7 @@ def test_fine():
     pass
 
 def test_needs_slurm():
-    pytest.skip("no slurmctld here")
-
-@pytest.mark.slow
-def test_long():
-    pass
-'''
+    pytest.skip("no slurmctld here")'''
 
 
 def _pytest(tmp_path, *args, ci: bool):
@@ -41,7 +36,6 @@ def test_a_required_test_that_skipped_fails_ci_with_the_list(tmp_path):
     req.write_text("# what CI must run\ntest_sample.py::test_needs_*\ntest_sample.py::test_fine\n"
                    "test_gone.py::*   # a renamed file\n")
     p = _pytest(tmp_path, "--required", str(req), ci=True)
-    print(p.stdout)
     assert p.returncode == 1, show(p)                          # the tests themselves passed or skipped
     assert "1 passed, 1 skipped" in p.stdout, show(p)
     out = p.stdout[p.stdout.index("required tests (required.txt"):]
@@ -54,8 +48,6 @@ def test_a_required_test_that_skipped_fails_ci_with_the_list(tmp_path):
     p = _pytest(tmp_path, "--required", str(req), ci=False)
     assert p.returncode == 0, show(p)
     assert "WARNING (CI=true would fail): 2 required test(s) did not run:" in p.stdout, show(p)
-    # --required-strict: as under CI
-    assert _pytest(tmp_path, "--required", str(req), "--required-strict", ci=False).returncode == 1
 
     # nothing required skipped: exit 0 under CI, and it says so
     req.write_text("test_sample.py::test_fine\n")

@@ -91,13 +91,22 @@ def _plt():
 def _save(fig, out: Path, stem: str, formats, dpi: int = 130) -> list[Path]:
     import io
     paths = []
+    png = None
     for ext in formats:
         p = out / f"{stem}.{ext}"
-        fig.savefig(p, dpi=dpi if ext == "png" else None)
+        if ext == "png":                  # rendered once: the file and report.html's copy are the same bytes
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", dpi=dpi)
+            png = buf.getvalue()
+            p.write_bytes(png)
+        else:
+            fig.savefig(p)
         paths.append(p)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    _RENDERED[stem] = (buf.getvalue(), dpi)
+    if png is None:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=dpi)
+        png = buf.getvalue()
+    _RENDERED[stem] = (png, dpi)
     _plt().close(fig)
     return paths
 
