@@ -1457,6 +1457,8 @@ def test_fuzz_corrupted_payloads():
 
 @pytest.mark.skipif(not __import__("os").environ.get("HPCGC_TEST_BOUNDSCHECK"),
                     reason="set HPCGC_TEST_BOUNDSCHECK=1 (recompiles every kernel with bounds checks, ~30 s)")
+@pytest.mark.slow
+@pytest.mark.timeout(960)    # recompiles the kernels with bounds checks: minutes on a loaded machine
 def test_fuzz_with_numba_boundscheck(boundscheck_cache):
     """The same fuzzing with NUMBA_BOUNDSCHECK=1: any out-of-bounds access in a kernel raises."""
     import os
