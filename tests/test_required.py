@@ -62,7 +62,9 @@ def test_the_repository_lists_parse():
         assert must in required
     quick = quick_patterns()
     assert any(p.startswith("tests/test_cli_mpi.py::test_pytest_mpi_suite_on_4_ranks") for p in quick)
-    assert not any(p.startswith(("tests/test_slurm.py", "tests/test_emulated_cluster.py")) for p in quick)
+    for slow_one in ("tests/test_slurm.py::test_single_job_runs_mpi_and_records_ids",
+                     "tests/test_emulated_cluster.py::test_allreduce_baseline_matches_ring_model_on_2_emulated_nodes"):
+        assert not in_quick_tier(slow_one, quick, slow=False), slow_one
     assert in_quick_tier("tests/test_config.py::test_x", ["tests/test_config.py::*"], slow=False)
     assert not in_quick_tier("tests/test_config.py::test_x", ["tests/test_config.py::*"], slow=True)
     assert not in_quick_tier("tests/test_new_file.py::test_x", quick, slow=False)   # new files: full tier
