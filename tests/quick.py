@@ -1,5 +1,6 @@
 """The quick tier: ``pytest --quick`` (``scripts/test.sh --quick``) runs only the tests whose id
-matches a pattern in tests/quick.txt and that are not marked ``slow``.
+matches a pattern in tests/quick.txt, matches none of its ``!pattern`` lines and is not marked
+``slow``.
 
 The list is curated: a new test file is in the full tier (``scripts/test.sh``, what CI runs) until
 someone adds it here; a new test in a listed file joins the quick tier unless it is marked ``slow``.
@@ -26,7 +27,10 @@ def quick_patterns() -> list[str]:
 
 
 def in_quick_tier(nodeid: str, patterns: list[str], slow: bool) -> bool:
-    return not slow and any(fnmatchcase(nodeid, p) for p in patterns)
+    """In the quick tier: not slow, matched by a pattern and by no ``!pattern``."""
+    if slow or any(fnmatchcase(nodeid, p[1:]) for p in patterns if p.startswith("!")):
+        return False
+    return any(fnmatchcase(nodeid, p) for p in patterns if not p.startswith("!"))
 
 
 def pytest_collection_modifyitems(config, items):

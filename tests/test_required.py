@@ -68,3 +68,4 @@ def test_the_repository_lists_parse():
     assert in_quick_tier("tests/test_config.py::test_x", ["tests/test_config.py::*"], slow=False)
     assert not in_quick_tier("tests/test_config.py::test_x", ["tests/test_config.py::*"], slow=True)
     assert not in_quick_tier("tests/test_new_file.py::test_x", quick, slow=False)   # new files: full tier
+    assert not in_quick_tier("tests/test_config.py::test_x", ["tests/test_config.py::*", "!*::test_x"], slow=False)
