@@ -6,10 +6,10 @@ must equal tests/golden/experiment.h5 (``hpcgc.results_compare``, the logic of
 scripts/compare-results.py). A change meant to alter iterates or bits regenerates the golden file
 deliberately: ``HPCGC_REGENERATE_GOLDEN=1 python -m pytest -q tests/test_golden_results.py``.
 
-The run compiles its kernels for one fixed CPU, ``NUMBA_CPU_NAME=haswell`` (AVX2; ``PINNED``), so
-that the file does not depend on the host: ``sum_squares`` reassociates its reduction
-(``fastmath={"reassoc"}``), and an AVX-512 host would otherwise sum the norms in another order than
-an AVX2 one and draw other QSGD levels. (OpenBLAS is already pinned on these machines by their
+The run compiles its kernels for one fixed CPU, ``NUMBA_CPU_NAME=haswell`` (AVX2), as every test
+does (tests/conftest.py), so that the file does not depend on the host: ``sum_squares`` reassociates
+its reduction, and an AVX-512 host would otherwise sum the norms in another order than an AVX2 one
+and draw other QSGD levels. (OpenBLAS is already pinned on these machines by their
 ``OPENBLAS_CORETYPE=Haswell``, which the tests leave alone.)
 """
 from __future__ import annotations
@@ -30,13 +30,12 @@ GOLDEN_DIR = ROOT / "tests" / "golden"
 EXPERIMENT = GOLDEN_DIR / "experiment.toml"
 GOLDEN = GOLDEN_DIR / "experiment.h5"
 SCRIPT = ROOT / "scripts" / "compare-results.py"
-PINNED = {"NUMBA_CPU_NAME": "haswell"}
 
 
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory):
     out = tmp_path_factory.mktemp("golden") / "run.h5"
-    p = run_mpi(2, ["-m", "hpcgc.bench", "--config", str(EXPERIMENT), "-o", str(out)], extra_env=PINNED)
+    p = run_mpi(2, ["-m", "hpcgc.bench", "--config", str(EXPERIMENT), "-o", str(out)])
     assert p.returncode == 0, show(p)
     if os.environ.get("HPCGC_REGENERATE_GOLDEN") == "1":
         rc.strip(out, GOLDEN)
