@@ -8,7 +8,10 @@ The collectives a run uses (``run.collective``, :mod:`hpcgc.exchange`) are, per 
   downlink (``run.downlink``), ``Bcast`` of an 8-byte header (length, control word) and ``Bcast``
   of the downlink payload (``uint8``);
 * ``allgather``: ``Allgather`` of the lengths and ``Allgatherv`` of the payloads to every rank;
-* ``allreduce``: ``Allreduce`` (SUM) of a float32/float64 vector, once per round of the message.
+* ``allreduce``: ``Allreduce`` (SUM) of a float32/float64 vector, once per round of the message;
+  the 16-bit casts sum in their own type — float16 as ``MPI_FLOAT16_T`` (MPICH reduces it natively),
+  bfloat16 with a user-defined SUM on 16-bit words (``MPI.BFLOAT16_T`` is the null datatype in
+  MPICH 5.0.2: :func:`reduction`) — and ``int8`` sends one float32 MAX and an ``MPI_INT8_T`` SUM.
 
 Only buffer (upper-case) mpi4py methods are used on these hot paths; pickling methods appear only
 in set-up and tear-down helpers. The transport keeps a *sender-side* ledger, per collective, of
@@ -58,6 +61,49 @@ def processor_name() -> str:
 
 
 _GATHER, _GATHERV, _BCAST, _ALLGATHER, _ALLGATHERV, _ALLREDUCE = range(len(LEDGER))
+
+_BF16_SUM = []          # the user-defined bfloat16 SUM, created once per process (MPI.Op.Create is local)
+
+
+def _bf16_sum(inbuf, inoutbuf, datatype):
+    """The bfloat16 SUM (commutative): inout = bf16(float32(in) + float32(inout)), by the numba
+    kernel :func:`hpcgc.compressors.kernels.casts.bf16_sum_into` on the 16-bit words."""
+    from .compressors.kernels.casts import bf16_sum_into
+    bf16_sum_into(np.frombuffer(inbuf, dtype=np.uint16), np.frombuffer(inoutbuf, dtype=np.uint16))
+
+
+_REDUCTIONS: dict = {}
+
+
+def reduction(op: str, wire: str):
+    """(MPI datatype, MPI operation) of an Allreduce of ``op`` ("sum" or "max") in wire type
+    ``wire`` (float32, float64, float16, bfloat16, int8); UserError naming what is missing when
+    this MPI has no such reduction (e.g. a null ``MPI.FLOAT16_T``, or no user-defined operation)."""
+    got = _REDUCTIONS.get((op, wire))
+    if got is None:
+        got = _REDUCTIONS[(op, wire)] = _make_reduction(op, wire)
+    return got
+
+
+def _make_reduction(op: str, wire: str):
+    if wire == "bfloat16":
+        if op != "sum":
+            raise UserError(f"no bfloat16 {op.upper()} reduction (only SUM, a user-defined operation)")
+        if not _BF16_SUM:
+            try:
+                _BF16_SUM.append(MPI.Op.Create(_bf16_sum, commute=True))
+            except Exception as exc:  # noqa: BLE001 - any failure means: no bf16 path in this MPI
+                raise UserError(f"identity:bf16 under run.collective = 'allreduce' needs a user-defined MPI "
+                                f"operation (MPI.BFLOAT16_T is null in {library_version()}); creating it "
+                                f"failed: {exc}") from None
+        return MPI.UINT16_T, _BF16_SUM[0]
+    types = {"float32": MPI.FLOAT, "float64": MPI.DOUBLE, "float16": getattr(MPI, "FLOAT16_T", MPI.DATATYPE_NULL),
+             "int8": MPI.INT8_T}
+    dt = types.get(wire, MPI.DATATYPE_NULL)
+    if dt == MPI.DATATYPE_NULL:
+        raise UserError(f"this MPI ({library_version()}) has no {wire} datatype to reduce "
+                        f"(MPI.{'FLOAT16_T' if wire == 'float16' else wire} is null)")
+    return dt, (MPI.SUM if op == "sum" else MPI.MAX)
 
 
 class Transport:
@@ -160,10 +206,13 @@ class Transport:
         as :meth:`gather_payloads` returns on rank 0 (views valid until the next call)."""
         return self.allgatherv(self.allgather_lengths(payload))
 
-    def allreduce_sum(self, vec: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """``out = Σ_ranks vec`` (element-wise, ``MPI_Allreduce`` SUM) on every rank; float32 or
-        float64 contiguous arrays of one length and dtype."""
-        self.comm.Allreduce(vec, out, op=MPI.SUM)
+    def allreduce(self, vec: np.ndarray, out: np.ndarray, op: str, wire: str) -> np.ndarray:
+        """``out = op_ranks vec`` (``MPI_Allreduce``) on every rank, reduced in wire type ``wire``
+        (:func:`reduction`: "float32"/"float64" buffers of that dtype, "float16"/"bfloat16"
+        uint16 words, "int8" int8; op "sum" or "max"); contiguous arrays of one length and dtype.
+        In the ledger: ``vec.nbytes`` (the bytes this rank hands to MPI)."""
+        dt, mop = reduction(op, wire)
+        self.comm.Allreduce([vec, dt], [out, dt], op=mop)
         self.ledger[_ALLREDUCE] += vec.nbytes
         return out
 

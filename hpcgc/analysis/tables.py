@@ -28,7 +28,7 @@ PHASE_LABELS = {"grad": "gradient", "compress": "compress", "wait_up": "wait bef
                 "comm_up": "comm up (Gather+Gatherv)", "server": "server (decode, aggregate, step)",
                 "wait_down": "wait before downlink (idle)", "comm_down": "comm down (Bcast)",
                 "other": "hpcgc bookkeeping"}
-FINAL_STATUSES = ("completed", "diverged", "stopped")
+FINAL_STATUSES = ("completed", "diverged", "overflow", "stopped")
 NOT_METHOD_KEYS = ("name", "run.seed")   # keys that do not make a different method
 
 

@@ -44,6 +44,7 @@ _MODULES: dict[str, str] = {
     "natural-dither": "natural:NaturalDither",
     "natural-randk": "natural:NaturalRandK",
     "powersgd": "powersgd:PowerSGD",
+    "int8": "int8:Int8",
 }
 """Name → ``module:Class`` in this package: the registry's one line per compressor."""
 
@@ -111,13 +112,16 @@ _WARM_UP_SPECS = ("identity", "identity:fp64=true", "qsgd", "qsgd:bucket=16,p=in
                   "topk:k=3", "topk:k=30,fp64=true", "threshold:lam=0.5", "sign", "scaled-sign", "bernoulli:p=1",
                   "natural", "natural:fp64=true", "natural-dither", "natural-dither:p=inf,bucket=16",
                   "natural-randk:k=3", "natural-randk:k=3,fp64=true",
-                  "powersgd", "powersgd:fp64=true")
+                  "powersgd", "powersgd:fp64=true", "identity:fp16", "identity:bf16", "int8")
 
 
 def _warm_up() -> None:
     """Compile (and cache) the catalogue's kernels for float32 and float64 input; run by one MPI
     rank after a source change while the others wait (``_numba_cache``)."""
     import numpy as np
+
+    from .kernels import casts
+    casts.warm()                        # incl. the bfloat16 SUM of the transport's MPI operation
     g = np.random.default_rng(0)
     for spec in _WARM_UP_SPECS:
         for dtype in (np.float32, np.float64):

@@ -48,7 +48,8 @@ class Param:
     ``low_open``); ``allow_inf`` additionally admits ``inf`` for an int parameter (e.g. ``block=inf``
     = one block); ``choices`` restricts the value to a finite set. ``in_spec``: ``"always"`` lists
     the parameter in the canonical spec, ``"nondefault"`` only when it differs from the default
-    (used for options such as ``fp64`` so that ordinary specs stay short).
+    (used for options such as ``fp64`` so that ordinary specs stay short). ``flag``: a bool shown as
+    its bare name when true (``identity:fp16``; the parser reads a bare key as ``key=true``).
     """
 
     name: str
@@ -61,6 +62,7 @@ class Param:
     choices: tuple | None = None
     doc: str = ""
     in_spec: str = "always"
+    flag: bool = False               # a bool written as its bare name when true ("identity:fp16")
 
     # -- text ------------------------------------------------------------------------------------
     def allowed(self) -> str:
@@ -170,7 +172,8 @@ def parse_value(text: str) -> Any:
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """Split ``"name:k=v,k=v"`` into the lower-cased name and a dict of parsed values."""
+    """Split ``"name:k=v,k=v"`` into the lower-cased name and a dict of parsed values. A bare key
+    is a flag set to true: ``"identity:fp16"`` = ``"identity:fp16=true"``."""
     if not isinstance(spec, str):
         raise ConfigError(f"compressor spec must be a string, got {type(spec).__name__}")
     name, _, rest = spec.partition(":")
@@ -180,6 +183,8 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
         for item in rest.split(","):
             key, eq, val = item.partition("=")
             key = key.strip()
+            if not eq and key:                  # a bare key is a flag: "identity:fp16" = "identity:fp16=true"
+                eq, val = "=", "true"
             if not eq or not key or not val.strip():
                 raise ConfigError(f"compressor spec {spec!r}: expected 'name:param=value,...', "
                                   f"got item {item.strip()!r}")
@@ -263,8 +268,8 @@ class Compressor(ABC):
             else:
                 values[p.name] = p.default
         self._params = values
-        parts = [f"{p.name}={format_value(values[p.name])}" for p in self.PARAMS
-                 if p.in_spec == "always" or values[p.name] != p.default]
+        parts = [p.name if p.flag and values[p.name] is True else f"{p.name}={format_value(values[p.name])}"
+                 for p in self.PARAMS if p.in_spec == "always" or values[p.name] != p.default]
         self._spec = self.name + (":" + ",".join(parts) if parts else "")
         self._fingerprint = wire.fingerprint(self._spec)
         self._fp64 = bool(values.get("fp64", False))
@@ -354,6 +359,17 @@ class Compressor(ABC):
         (a matrix of ``shape`` where it matters) through ``MPI_Allreduce``; ConfigError if it cannot."""
         raise ConfigError(f"{self.spec} cannot ride Allreduce (its messages do not add up element-wise); "
                           f"collectives it can use: {', '.join(self.collectives)}")
+
+    overflow: float = 0.0
+    """The largest finite |value| this compressor sent as ±Inf because its wire type could not hold it
+    (the casts, ``int8``'s scale); 0.0: none. Read by the run when the iterate becomes non-finite, to
+    end it with status ``overflow`` instead of ``diverged``."""
+    sum_overflow: int = -1
+    """The first coordinate of an Allreduce sum that overflowed its wire type (−1: none)."""
+
+    def check_workers(self, n_workers: int) -> None:
+        """Plan-time check against the number of workers (known from the MPI world before any data is
+        read): ConfigError if this compressor cannot serve n workers (``int8``: n ≤ 127). Default: none."""
 
     # -- run context -----------------------------------------------------------------------------
     def for_run(self, *, d: int, n_workers: int) -> Compressor:

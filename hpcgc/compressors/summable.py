@@ -4,7 +4,11 @@ Under ``run.collective = "allreduce"`` there is no server: every rank sends a fi
 vector per *round*, the vectors are summed element-wise over the ranks, and every rank decodes the
 same sum. This works only for compressors that are linear once their randomness is shared:
 
-* ``identity`` — the vector itself (float32, or float64 with ``fp64=true``);
+* ``identity`` — the vector itself (float32, or float64 with ``fp64=true``), and its 16-bit casts
+  ``identity:fp16`` (summed by MPI in float16: ``MPI_FLOAT16_T``) and ``identity:bf16`` (summed in
+  bfloat16 by a user-defined operation on 16-bit words, :mod:`hpcgc.transport`);
+* ``int8`` — two rounds: an Allreduce (MAX) of one float32 scale s, then an Allreduce (SUM) of
+  int8 values, each rank's in [−⌊127/n⌋, ⌊127/n⌋] so that the int8 sum is exact;
 * ``randk:k=K,shared_seed=true`` — the k values at the coordinates drawn from the iteration's
   shared seed, identical on every worker, so Σ_i w_i C(x_i) = (d/k)·Σ_i w_i x_i[S];
 * ``powersgd`` — rank-r factors: round 1 sums P_i = M_i Q, every rank orthogonalizes the sum P̂,
@@ -28,6 +32,12 @@ values a Gatherv payload would carry.
 
 Bits: ``model_bits()`` is the papers' count for this worker's message (all rounds);
 ``wire_bytes()`` the bytes it hands to MPI (the sum of the round vectors' sizes).
+
+Each round is one ``(operation, wire type)`` (``reductions()``): ``("sum", "float32")`` by default;
+the wire type names the MPI datatype the transport reduces in (``float16``, ``bfloat16``, ``int8``,
+``float32``, ``float64``), the numpy buffer holds the same bytes (``round_dtypes()``; 16-bit
+floats as uint16 words). ``overflowed`` (identical on every rank: set from the sums) ends the run
+with status ``overflow``.
 """
 from __future__ import annotations
 
@@ -72,8 +82,18 @@ class SumCodec(ABC):
     def model_bits(self) -> float:
         """Model bits of this worker's message, all rounds."""
 
+    overflowed = False
+
+    def round_dtypes(self) -> tuple:
+        """The numpy dtype of each round's buffer."""
+        return (self.dtype,) * self.rounds
+
+    def reductions(self) -> tuple:
+        """(operation, wire type) of each round's Allreduce."""
+        return (("sum", np.dtype(self.dtype).name),) * self.rounds
+
     def wire_bytes(self) -> int:
-        return int(sum(self.lengths())) * np.dtype(self.dtype).itemsize
+        return int(sum(n * np.dtype(t).itemsize for n, t in zip(self.lengths(), self.round_dtypes())))
 
     def state(self) -> dict:
         """What this codec carries from one iteration to the next (checkpoints; a typed tree of
@@ -115,6 +135,49 @@ class DenseSum(SumCodec):
 
     def model_bits(self):
         return float(self.d * 8 * np.dtype(self.dtype).itemsize)
+
+
+class CastSum(SumCodec):
+    """``identity:fp16`` / ``identity:bf16``: the vector cast to 16 bits, summed in that type by MPI
+    (float16: MPICH's native ``MPI_FLOAT16_T`` SUM; bfloat16: the transport's user-defined SUM,
+    each partial sum widened to float32, added and rounded back). The sum accumulates in the wire
+    type, in the order MPICH's Allreduce algorithm combines the ranks. An Inf in the decoded sum —
+    a value beyond the range on some rank, or a sum of in-range values that overflowed — sets
+    ``overflowed`` on every rank alike (the same sum everywhere)."""
+
+    dtype = np.uint16
+
+    def __init__(self, d: int, comp):
+        self.d, self.comp = d, comp
+        self._v = np.empty(d, dtype=np.uint16)
+        self._own = np.empty(d, dtype=np.uint16)
+
+    def lengths(self):
+        return (self.d,)
+
+    def reductions(self):
+        return (("sum", self.comp.wire_type),)
+
+    def begin(self, x, weight, rng):
+        rng.integers(0, 2**64, dtype=np.uint64)         # keep the stream aligned with compress()
+        self.comp.encode_cast(x, weight, self._v)
+        if weight == 1.0:
+            self._own[:] = self._v
+        else:
+            self.comp.encode_cast(x, 1.0, self._own)
+        return self._v
+
+    def decode_add(self, total, out, scale=1.0):
+        bad = self.comp.decode_cast(total, scale, out, True)
+        if bad >= 0:
+            self.overflowed = True
+            self.comp.sum_overflow = bad
+
+    def own_add(self, out, weight):
+        self.comp.decode_cast(self._own, weight, out, True)
+
+    def model_bits(self):
+        return float(16 * self.d)
 
 
 class IndexedSum(SumCodec):
@@ -161,6 +224,9 @@ class ConcatSum(SumCodec):
     def __init__(self, parts):
         self.parts = list(parts)                       # [(a, b, codec)]
         dtypes = {np.dtype(c.dtype) for _, _, c in self.parts}
+        if any(type(c).reductions is not SumCodec.reductions for _, _, c in self.parts):
+            raise ConfigError("per-tensor Allreduce messages support float32/float64 vectors only "
+                              "(not the 16-bit or int8 casts)")
         if len(dtypes) != 1:
             raise ConfigError("per-tensor Allreduce messages must share one float type (fp64 on all or none)")
         self.dtype = dtypes.pop().type

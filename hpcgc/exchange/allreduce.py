@@ -8,8 +8,11 @@
     wait_down, comm_down  none (0)
 
 Only messages that add up ride it (:mod:`hpcgc.compressors.summable`): ``identity`` — the
-uncompressed baseline a user would otherwise run (float32, or float64 with ``fp64=true``),
-``randk:k=K,shared_seed=true`` and ``powersgd``. Each worker applies its aggregation weight w_i
+uncompressed baseline a user would otherwise run (float32, or float64 with ``fp64=true``) — and
+its 16-bit casts ``identity:fp16`` / ``identity:bf16`` (summed in the 16-bit type), ``int8``
+(one float32 MAX of the shared scale, then an int8 SUM), ``randk:k=K,shared_seed=true`` and
+``powersgd``. A cast whose sum overflows (Inf in the decoded sum, the same on every rank) ends the
+run with status ``overflow``. Each worker applies its aggregation weight w_i
 before the sum (with equal weights: none; the sum is scaled by w once), so every rank decodes
 Σ_i w_i C(v_i) — the same aggregate a parameter server forms, to float rounding.
 
@@ -22,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..transport import wtime
-from .base import Exchange
+from .base import DIVERGED, Exchange
 
 
 class Allreduce(Exchange):
@@ -37,8 +40,16 @@ class Allreduce(Exchange):
         equal = bool(np.all(w == w[0]))
         self.weight = 1.0 if equal else float(w[self.me])     # applied by the worker before the sum
         self.scale = float(w[0]) if equal else 1.0             # applied once to the sum
-        self.sums = [np.empty(n, dtype=self.codec.dtype) for n in self.codec.lengths()]
+        self.sums = [np.empty(n, dtype=dt) for n, dt in zip(self.codec.lengths(), self.codec.round_dtypes())]
+        self.ops = self.codec.reductions()
 
+    @classmethod
+    def check(cls, *, alg_cls, compressor, server: str) -> None:
+        super().check(alg_cls=alg_cls, compressor=compressor, server=server)
+        from ..transport import reduction
+        wire = getattr(compressor, "wire_type", None)
+        if wire in ("float16", "bfloat16"):
+            reduction("sum", wire)               # UserError when this MPI has no such SUM
     def encode(self, ws):
         self.ws = ws
         return self.codec.begin(self.alg.worker_message(ws), self.weight, self.rng)
@@ -48,7 +59,7 @@ class Allreduce(Exchange):
         t = self.t
         for r, total in enumerate(self.sums):
             t0, t1 = self._arrive()
-            t.allreduce_sum(v, total)
+            t.allreduce(v, total, *self.ops[r])
             t2 = wtime()
             wait += t1 - t0
             up += t2 - t1
@@ -65,8 +76,12 @@ class Allreduce(Exchange):
 
     def floor_ops(self, per_iteration, d: int) -> list:
         """One Allreduce per round, of the round's vector (its planned length and dtype)."""
-        dt = np.dtype(self.codec.dtype)
-        return [("allreduce", n * dt.itemsize, dt) for n in self.codec.lengths()]
+        return [("allreduce", n * np.dtype(dt).itemsize, np.dtype(dt))
+                for n, dt in zip(self.codec.lengths(), self.codec.round_dtypes())]
+
+    def control(self) -> float:
+        """DIVERGED also when a cast overflowed (the run's status then says ``overflow``)."""
+        return DIVERGED if self.codec.overflowed else super().control()
 
     def state(self) -> dict:
         return self.codec.state()                  # PowerSGD's warm-start Q

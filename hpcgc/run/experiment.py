@@ -82,6 +82,23 @@ def parse_selection(text: str, count: int) -> list[int]:
     return sorted(out)
 
 
+def check_world(plans, size: int) -> None:
+    """The plan-time checks that need the number of workers (the MPI world's size, before any data
+    is read): each compressor's :meth:`~hpcgc.compressors.Compressor.check_workers`; every problem
+    at once, one line each."""
+    problems = []
+    for rp in plans:
+        r = rp.cfg["run"]
+        n = size - 1 if r["server"] == "dedicated" else size
+        try:
+            compressors.make(r["compressor"]).check_workers(n)
+        except ConfigError as exc:
+            if str(exc) not in problems:
+                problems.append(str(exc))
+    if problems:
+        raise ConfigError("\n".join(problems))
+
+
 def prepare(cfg: dict, transport: Transport, select: str | None = None) -> list[Run]:
     """Validate every grid point and build every run's set-up on every rank, before any file exists.
 
@@ -95,6 +112,7 @@ def prepare(cfg: dict, transport: Transport, select: str | None = None) -> list[
         plans = plan(cfg)
         if select is not None:
             plans = [plans[i] for i in parse_selection(select, len(plans))]
+        check_world(plans, transport.size)
     except UserError as exc:
         error = exc
     transport.agree(error)
@@ -223,7 +241,7 @@ def resume_plan(writer, run_id: str) -> str:
     if state is None:
         return "fresh"
     status, ck = state
-    if status in ("completed", "diverged", "stopped"):
+    if status in ("completed", "diverged", "overflow", "stopped"):
         return "keep"
     if ck is not None and status != "unreadable":
         return "checkpoint"

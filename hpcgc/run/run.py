@@ -309,7 +309,9 @@ class Run:
         x = ex.iterate()
         self.x_final = x
         if blew_up:
-            outcome.end("diverged", f"non-finite or exploding iterate at iteration {done}")
+            overflow = self._overflow(done)                # collective: every rank saw the same iterate
+            outcome.end(*(("overflow", overflow) if overflow else
+                          ("diverged", f"non-finite or exploding iterate at iteration {done}")))
         if root:
             bar.close()
         floor = None
@@ -317,6 +319,22 @@ class Run:
             from ..floor import run_floor
             floor = run_floor(self, t, done, state=(ws, ss, x, s.local, self.rng), seconds=self.floor)
         return self._finish(rw, x, done, blew_up, clock, ledger, outcome, one_time, crossed, watch.last_row, floor)
+
+    def _overflow(self, done: int) -> str | None:
+        """Why the iterate became non-finite if a cast overflowed its wire type (collective, after
+        the loop ended with a non-finite iterate): the largest value a rank's compressor sent as
+        ±Inf, or the first coordinate of an Allreduce sum that overflowed; None if neither."""
+        comps = self.comps if self.comps else [self.comp]
+        value = self.t.allreduce_max(max(float(c.overflow) for c in comps))
+        coord = int(self.t.allreduce_max(float(max(c.sum_overflow for c in comps))))
+        wire = getattr(self.comp, "wire_type", None) or "int8 scale (float32)"
+        if value > 0:
+            return (f"{self.comp.spec}: |x| = {value:.6g} exceeds the {wire} range at iteration {done} "
+                    "(sent as Inf; the aggregate is non-finite)")
+        if coord >= 0:
+            return (f"{self.comp.spec}: the {wire} Allreduce sum overflowed at coordinate {coord} at iteration "
+                    f"{done} (every rank's value in range, their sum beyond it)")
+        return None
 
     def _finish(self, rw, x, done, blew_up, clock, ledger, outcome, one_time, crossed, last_row, floor=None):
         """Tear-down (collective, untimed): sender-side ledger and per-iteration timings to rank 0,
@@ -372,11 +390,11 @@ class Run:
         return RunSummary(
             run_id=self.rp.run_id, algorithm=r["algorithm"], compressor=self.comp.spec, collective=r["collective"],
             status=outcome.status, stop_reason=outcome.reason, iterations=done,
-            suboptimality=float(last_row.get("suboptimality", np.nan)) if outcome.status != "diverged" else np.nan,
+            suboptimality=float(last_row.get("suboptimality", np.nan)) if outcome.status not in ("diverged", "overflow") else np.nan,
             mb_up=float(ledger.wire[crossed].sum()) / 8e6, phase_ms=mean_ms, median_iter_ms=med_iter,
             wire_over_model=float(ledger.wire.sum() - header) / model_total if model_total else np.nan,
             grad_ratio=(float(last_row.get("grad_norm_sq", np.nan)) / self.grad0
-                        if self.grad0 and outcome.status != "diverged" else np.nan),
+                        if self.grad0 and outcome.status not in ("diverged", "overflow") else np.nan),
             floor_ms=1e3 * extra.get("floor_seconds", np.nan), floor_ratio=extra.get("floor_ratio", np.nan),
             floor_collectives=extra.get("floor_collectives", ""),
             floor_kernels_ms=1e3 * extra.get("floor_kernels_seconds", np.nan),
