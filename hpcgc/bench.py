@@ -164,7 +164,8 @@ def cmd_list(args) -> int:
         riders = [c for c in compressors.available() if name in compressors.get(c).collectives
                   or (name == "allreduce" and c == "randk")]
         which = "every compressor" if len(riders) == len(compressors.available()) else ", ".join(
-            "randk (shared_seed=true)" if c == "randk" else c for c in riders)
+            "randk (shared_seed=true)" if c == "randk" else
+            "identity (float32, :fp64, :fp16, :bf16)" if c == "identity" and name == "allreduce" else c for c in riders)
         print(f"  {name:12s} {cls.summary}; compressors: {which}")
     print("problems (problem.kind):\n  logreg       l2-regularized logistic regression (labels mapped to ±1)\n"
           "  ridge        l2-regularized least squares\n"

@@ -62,9 +62,6 @@ def processor_name() -> str:
 
 _GATHER, _GATHERV, _BCAST, _ALLGATHER, _ALLGATHERV, _ALLREDUCE = range(len(LEDGER))
 
-_BF16_SUM = []          # the user-defined bfloat16 SUM, created once per process (MPI.Op.Create is local)
-
-
 def _bf16_sum(inbuf, inoutbuf, datatype):
     """The bfloat16 SUM (commutative): inout = bf16(float32(in) + float32(inout)), by the numba
     kernel :func:`hpcgc.compressors.kernels.casts.bf16_sum_into` on the 16-bit words."""
@@ -72,12 +69,23 @@ def _bf16_sum(inbuf, inoutbuf, datatype):
     bf16_sum_into(np.frombuffer(inbuf, dtype=np.uint16), np.frombuffer(inoutbuf, dtype=np.uint16))
 
 
+def _half_sum(inbuf, inoutbuf, datatype):
+    """The same user-defined SUM for float16 words (``float16-user``: the measured alternative to
+    MPICH's native MPI_FLOAT16_T SUM, same results: ``scripts/casts_cost.py``)."""
+    from .compressors.kernels.casts import half_sum_into
+    half_sum_into(np.frombuffer(inbuf, dtype=np.uint16), np.frombuffer(inoutbuf, dtype=np.uint16))
+
+
+_USER_SUMS = {"bfloat16": _bf16_sum, "float16-user": _half_sum}
+
+
 _REDUCTIONS: dict = {}
 
 
 def reduction(op: str, wire: str):
     """(MPI datatype, MPI operation) of an Allreduce of ``op`` ("sum" or "max") in wire type
-    ``wire`` (float32, float64, float16, bfloat16, int8); UserError naming what is missing when
+    ``wire`` (float32, float64, float16 — MPICH's native SUM —, bfloat16 and float16-user — a
+    user-defined SUM on uint16 words —, int8), made once per process; UserError naming what is missing when
     this MPI has no such reduction (e.g. a null ``MPI.FLOAT16_T``, or no user-defined operation)."""
     got = _REDUCTIONS.get((op, wire))
     if got is None:
@@ -86,17 +94,14 @@ def reduction(op: str, wire: str):
 
 
 def _make_reduction(op: str, wire: str):
-    if wire == "bfloat16":
+    if wire in _USER_SUMS:
         if op != "sum":
-            raise UserError(f"no bfloat16 {op.upper()} reduction (only SUM, a user-defined operation)")
-        if not _BF16_SUM:
-            try:
-                _BF16_SUM.append(MPI.Op.Create(_bf16_sum, commute=True))
-            except Exception as exc:  # noqa: BLE001 - any failure means: no bf16 path in this MPI
-                raise UserError(f"identity:bf16 under run.collective = 'allreduce' needs a user-defined MPI "
-                                f"operation (MPI.BFLOAT16_T is null in {library_version()}); creating it "
-                                f"failed: {exc}") from None
-        return MPI.UINT16_T, _BF16_SUM[0]
+            raise UserError(f"no {wire} {op.upper()} reduction (only SUM, a user-defined operation)")
+        try:
+            return MPI.UINT16_T, MPI.Op.Create(_USER_SUMS[wire], commute=True)     # local, created once
+        except Exception as exc:  # noqa: BLE001 - any failure means: no such path in this MPI
+            raise UserError(f"a {wire} Allreduce needs a user-defined MPI operation (MPI.BFLOAT16_T is null in "
+                            f"{library_version()}); creating it failed: {exc}") from None
     types = {"float32": MPI.FLOAT, "float64": MPI.DOUBLE, "float16": getattr(MPI, "FLOAT16_T", MPI.DATATYPE_NULL),
              "int8": MPI.INT8_T}
     dt = types.get(wire, MPI.DATATYPE_NULL)

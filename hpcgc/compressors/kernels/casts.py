@@ -146,6 +146,16 @@ def bf16_sum_into(a, inout):
 
 
 @njit(cache=True)
+def half_sum_into(a, inout):
+    """:func:`bf16_sum_into` for float16 words: the float32 sum of two float16 values rounded once
+    more to float16 equals the correctly rounded float16 sum (float32 has 24 ≥ 2·11 + 2 bits, so the
+    double rounding is innocuous), i.e. what MPICH's native MPI_FLOAT16_T SUM computes."""
+    for i in range(a.shape[0]):
+        s = np.float32(_half_value(np.int64(a[i]))) + np.float32(_half_value(np.int64(inout[i])))
+        inout[i] = _half_bits(np.float64(s))
+
+
+@njit(cache=True)
 def stochastic_int8(x, weight, inv_step, q, seed, out):
     """out[i] = an integer in [−q, q] with E[out[i]] = weight·x[i]·inv_step (stochastic rounding:
     up with probability equal to the fractional part; uniform i of ``seed``'s stream); the caller
@@ -192,6 +202,7 @@ def warm() -> None:
     to_bf16(x, 1.0, h)
     bf16_add(h, 1.0, out, True)
     bf16_sum_into(h, h.copy())
+    half_sum_into(h, h.copy())
     b = np.empty(7, np.int8)
     stochastic_int8(x, 1.0, 10.0, 31, np.uint64(1), b)
     int8_add(b, 0.1, out, True)
