@@ -360,6 +360,10 @@ class Compressor(ABC):
         raise ConfigError(f"{self.spec} cannot ride Allreduce (its messages do not add up element-wise); "
                           f"collectives it can use: {', '.join(self.collectives)}")
 
+    kernels: tuple = ()
+    """Warm-up functions of kernels a run calls outside compress/decompress (the casts' MPI SUM
+    operations): loaded with the others before the first iteration (``warm_jit``)."""
+
     overflow: float = 0.0
     """The largest finite |value| this compressor sent as ±Inf because its wire type could not hold it
     (the casts, ``int8``'s scale); 0.0: none. Read by the run when the iterate becomes non-finite, to

@@ -93,6 +93,7 @@ class Identity(Compressor):
             self._scale_bytes = 2
             self._encode = casts.to_half if self.cast == "fp16" else casts.to_bf16
             self._add = casts.half_add if self.cast == "fp16" else casts.bf16_add
+            self.kernels = (casts.warm,)            # incl. the bfloat16 SUM of the MPI operation
         else:
             self.wire_type = "float64" if self._fp64 else "float32"
             self.rounding = 2.0 ** -53 if self._fp64 else 2.0 ** -24

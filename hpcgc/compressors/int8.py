@@ -55,6 +55,7 @@ class Int8(Compressor):
     FORMAT_ID = 14
     unbiased = True
     collectives = ("gather", "allreduce", "allgather")
+    kernels = (casts.warm,)
 
     def _init(self) -> None:
         self.n = 1

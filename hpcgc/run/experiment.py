@@ -141,7 +141,7 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
     t = transport
     # each rank exercises its own worker's compressor at the run's d (the decoders are shared)
     # and only the objective and step kernels the runs use (each costs every rank a cache load)
-    kernels = {k for r in runs for k in (*r.alg.kernels, *getattr(r.s.local, "kernels", ()))}
+    kernels = {k for r in runs for k in (*r.alg.kernels, *getattr(r.s.local, "kernels", ()), *r.comp.kernels)}
     warm_jit(sorted({r.comp.spec for r in runs}), t, sizes=[(r.comps[t.rank % len(r.comps)], r.s.d) for r in runs],
              kernels=sorted(kernels, key=lambda k: k.__module__))
     attrs = provenance.collect(t, list(argv))

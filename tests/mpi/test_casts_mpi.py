@@ -212,3 +212,26 @@ def test_fp16_overflow_ends_the_run_with_status_overflow_and_the_experiment_goes
     assert bad.series["iteration"][-1] < 200
     if comm.rank == 0:
         assert [s.status for s in summaries] == ["overflow", "completed"]
+
+
+@pytest.mark.parametrize("d", [1, 4096, 1 << 18])
+def test_16bit_sums_accumulate_in_the_wire_type_in_mpich_order(d):
+    """Where the sum accumulates: rank values (2048, 1, 1, 1) in float16 (ulp 2 at 2048) and
+    (256, 1, 1, 1) in bfloat16 (ulp 2 at 256). An exact sum would give 2051 / 259, a rank-order
+    wire-type sum 2048 / 256; MPICH 5.0.2 gives (v0 + v1) + (v2 + v3) = 2048 + 2 = 2050 / 258 on
+    every rank, at every size: recursive doubling, each partial sum rounded in the wire type.
+    And 4 × 20000 overflows float16 (Inf), 4 × 16000 does not."""
+    t = Transport()
+    if comm.size != 4:
+        pytest.skip("the expected values are those of 4 ranks")
+    half = np.full(d, [2048.0, 1.0, 1.0, 1.0][comm.rank], dtype=np.float16).view(np.uint16)
+    out = np.empty(d, dtype=np.uint16)
+    t.allreduce(half, out, "sum", "float16")
+    assert np.all(out.view(np.float16) == 2050.0)
+    b = np.full(d, [256.0, 1.0, 1.0, 1.0][comm.rank], dtype=np.float32)
+    b16 = (b.view(np.uint32) >> 16).astype(np.uint16)
+    t.allreduce(b16, out, "sum", "bfloat16")
+    assert np.all((out.astype(np.uint32) << 16).view(np.float32) == 258.0)
+    for each, expect in ((16000.0, 64000.0), (20000.0, np.inf)):
+        t.allreduce(np.full(d, each, dtype=np.float16).view(np.uint16), out, "sum", "float16")
+        assert np.all(out.view(np.float16).astype(np.float64) == expect)
