@@ -83,7 +83,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "run": {
         "algorithm": Key(str, "diana", "dcgd | diana | ef | ef21 | local-sgd | dcgd+ | diana+ (see `python -m hpcgc.bench list`)"),
-        "compressor": Key(str, "quant:p=inf,block=8", "name:param=value,... (see `list`)"),
+        "compressor": Key(str, "quant:p=inf,block=8", "name:param=value,... (see `list`); a bare param is a "
+                          "flag set to true, e.g. identity:fp16"),
         "allocation": Key(str, "uniform", "per-worker compression ratios: uniform | dagc | dagc-reference | dagc-a"),
         "budget": Key(_NUM, 0.0, "mean kept fraction δ̄ (or mean threshold λ̄ for dagc-a); 0 = compressor's own k",
                       check=(_nonneg, ">= 0")),
@@ -113,8 +114,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "max_bits": Key(_NUM, 0.0, "stop when a worker has sent this many model bits (0 = no limit)", check=(_nonneg, ">= 0")),
         "max_seconds": Key(_NUM, 0.0, "stop a run after this many seconds of wall time (0 = no limit)", check=(_nonneg, ">= 0")),
         "collective": Key(str, "gather", "how messages travel: 'gather' (parameter server: Gatherv to rank 0, "
-                          "Bcast of the iterate), 'allreduce' (summable messages: identity, randk shared_seed, "
-                          "powersgd; no server), 'allgather' (every rank decodes every payload; no server)",
+                          "Bcast of the iterate), 'allreduce' (summable messages: identity, identity:fp16, "
+                          "identity:bf16, int8, randk shared_seed, powersgd; no server), 'allgather' (every rank decodes every payload; no server)",
                           choices=("gather", "allreduce", "allgather")),
         "downlink": Key(str, "dense", "the server's broadcast: 'dense' (the float64 iterate) or a compressor spec "
                         "(EF21-P: C(x − w) is sent, workers evaluate at w; gather with dcgd, diana)"),

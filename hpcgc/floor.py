@@ -55,7 +55,7 @@ WARMUP = 20
 
 def describe(ops) -> str:
     """``gather 24 B, bcast 248 B`` — this rank's sequence, for the results file and the table."""
-    return ", ".join(f"{kind} {int(nbytes)} B" for kind, nbytes, _ in ops)
+    return ", ".join(f"{kind} {int(nbytes)} B" for kind, nbytes, *_ in ops)
 
 
 def plan(exchange, transport, done: int, d: int) -> list:

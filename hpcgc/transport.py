@@ -430,9 +430,11 @@ class CollectiveTimer:
         self._send = self._recv = None
 
     # -- one operation, exactly as the run issues it --------------------------------------------
-    def _issue(self, kind: str, send: np.ndarray, recv: np.ndarray | None, counts=None, displs=None):
+    def _issue(self, kind: str, send: np.ndarray, recv: np.ndarray | None, counts=None, displs=None, how=()):
         """A zero-argument callable issuing one ``kind`` collective of ``send`` (this rank's
-        contribution) into ``recv`` (gather: the root's; allgather, allreduce: every rank's)."""
+        contribution) into ``recv`` (gather: the root's; allgather, allreduce: every rank's).
+        ``how``: an Allreduce's (op, wire type) as a run issues it (:func:`reduction`; default
+        SUM in the buffers' own type)."""
         comm, root = self.comm, self.t.is_root
         if kind in ("gather", "allgather"):
             length = np.array([send.nbytes], dtype=np.int32)
@@ -455,6 +457,12 @@ class CollectiveTimer:
         elif kind == "bcast":
             def op():
                 comm.Bcast(send, root=ROOT)
+        elif kind == "allreduce" and how:
+            dt, mop = reduction(*how)
+            sbuf, rbuf = [send, dt], [recv, dt]
+
+            def op():
+                comm.Allreduce(sbuf, rbuf, op=mop)
         elif kind == "allreduce":
             def op():
                 comm.Allreduce(send, recv, op=MPI.SUM)
@@ -475,11 +483,11 @@ class CollectiveTimer:
 
     def sequence(self, ops):
         """A zero-argument callable issuing, in order, the collectives ``ops`` = [(kind, nbytes,
-        dtype)] — this rank's own message sizes (they may differ between ranks, as a run's payloads
+        dtype[, op, wire type])] — this rank's own message sizes (they may differ between ranks, as a run's payloads
         do; every rank lists the same kinds in the same order) — on buffers of its own, touched
         now. ``python -m hpcgc.bench floor`` times a run's iteration this way."""
         calls, buffers = [], []
-        for kind, nbytes, dtype in ops:
+        for kind, nbytes, dtype, *how in ops:
             dtype = np.dtype(dtype)
             count = int(nbytes) // dtype.itemsize
             send = np.ones(count, dtype=dtype)
@@ -490,7 +498,7 @@ class CollectiveTimer:
                 total = self._sum_over_ranks(send.nbytes)        # collective: every rank calls it
                 if kind == "allgather" or self.t.is_root:
                     recv = np.zeros(total, dtype=np.uint8)
-            calls.append(self._issue(kind, send, recv))
+            calls.append(self._issue(kind, send, recv, how=tuple(how)))
             buffers.append((send, recv))
 
         def op():

@@ -75,9 +75,10 @@ class Allreduce(Exchange):
         return extra + t4 - t3, wait, up, t3 - t2, 0.0, 0.0
 
     def floor_ops(self, per_iteration, d: int) -> list:
-        """One Allreduce per round, of the round's vector (its planned length and dtype)."""
-        return [("allreduce", n * np.dtype(dt).itemsize, np.dtype(dt))
-                for n, dt in zip(self.codec.lengths(), self.codec.round_dtypes())]
+        """One Allreduce per round, of the round's vector (its planned length and dtype) with the
+        round's operation and wire type (the casts' float16 / bfloat16 SUM, int8's MAX and SUM)."""
+        return [("allreduce", n * np.dtype(dt).itemsize, np.dtype(dt), *how)
+                for n, dt, how in zip(self.codec.lengths(), self.codec.round_dtypes(), self.ops)]
 
     def control(self) -> float:
         """DIVERGED also when a cast overflowed (the run's status then says ``overflow``)."""

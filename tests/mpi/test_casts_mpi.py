@@ -235,3 +235,19 @@ def test_16bit_sums_accumulate_in_the_wire_type_in_mpich_order(d):
     for each, expect in ((16000.0, 64000.0), (20000.0, np.inf)):
         t.allreduce(np.full(d, each, dtype=np.float16).view(np.uint16), out, "sum", "float16")
         assert np.all(out.view(np.float16).astype(np.float64) == expect)
+
+
+@pytest.mark.parametrize("spec,sizes", [("identity:fp16", lambda d: [2 * d]), ("int8", lambda d: [4, d])])
+def test_floor_issues_the_casts_own_reductions(shared_dir, spec, sizes):
+    """``--floor`` times the run's Allreduces with their sizes and their operation / wire type
+    (float16 SUM; int8: float32 MAX then int8 SUM), not an integer SUM of the same bytes."""
+    res, runs, summaries, _ = run_experiment(shared_dir / "f.h5", {**BASE, "run.compressor": spec,
+                                                                   "run.iterations": 5}, floor=0.2)
+    d = res[0].attrs["d"]
+    ops = runs[0].ex.floor_ops(None, d)                  # the Allreduce exchange plans from its codec
+    assert [o[1] for o in ops] == sizes(d)
+    assert [o[3:] for o in ops] == ([("sum", "float16")] if spec == "identity:fp16"
+                                    else [("max", "float32"), ("sum", "int8")])
+    if comm.rank == 0:
+        assert summaries[0].floor_collectives == ", ".join(f"allreduce {b} B" for b in sizes(d))
+        assert summaries[0].floor_ms > 0
