@@ -6,8 +6,10 @@ as bfloat16 (``float16-user``: identical results to MPICH's, in its own order), 
 
     mpiexec -n 4 python scripts/casts_cost.py [--out docs/data/casts/allreduce-casts.csv] [--max-seconds 1]
 
-Writes one CSV row per (wire type, d): ranks, bytes per rank, min/avg/max over ranks of the mean
-seconds per Allreduce, timed iterations, and the ratio to float16 at the same d (rank 0 writes).
+Writes the documented table (``docs/data/casts/allreduce-casts.csv`` + its provenance sidecar, as
+docs/data/README.md describes; rank 0 writes): one row per d, each cell the mean over ranks of the
+mean milliseconds per Allreduce and its ratio to float16's native one; then
+``python -m hpcgc.docs_tables render`` puts it into docs/compressors.md.
 The transport's own MPI calls only (this script calls no MPI itself).
 """
 from __future__ import annotations
@@ -49,6 +51,40 @@ def operation(t: Transport, wire: str, d: int):
     return run
 
 
+COLUMNS = (("float32", "float32"), ("float16", "float16 (native)"), ("float16-user", "float16 (user op)"),
+           ("bfloat16", "bfloat16 (user op)"), ("int8", "int8 (MAX + SUM)"))
+
+
+def write_table(rows, out: Path, ranks: int, args, argv) -> None:
+    """The documented table (docs/data/README.md): one row per d, each cell the mean ms per
+    Allreduce over ranks and its ratio to float16's native one; the sidecar with the provenance."""
+    import datetime
+    import json
+    import os
+    import platform
+    import subprocess
+    table = [["d", *(label for _, label in COLUMNS)]]
+    for d in sorted({r["d"] for r in rows}):
+        at = {r["wire"]: r for r in rows if r["d"] == d}
+        table.append([f"2^{int(np.log2(d))}", *(f"{1e3 * at[w]['avg_s']:.1f} ms ({at[w]['avg_over_float16']:.2f}x)"
+                                               for w, _ in COLUMNS)])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as f:
+        csv.writer(f).writerows(table)
+    root = Path(__file__).resolve().parents[1]
+    commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=10", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or "unknown"
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor() or "unknown") if os.path.exists("/proc/cpuinfo") else platform.processor()
+    meta = {"source": "script", "commit": commit, "cpu": cpu, "cores": os.cpu_count(), "ranks": ranks,
+            "mpi": library_version(), "load": args.note or "not recorded",
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": f"mpiexec -n {ranks} python scripts/casts_cost.py " + " ".join(argv or sys.argv[1:]),
+            "note": "mean seconds per Allreduce over ranks (each rank's mean over the timed iterations, "
+                    "hpcgc collectives' loop); ratio to float16's native MPI_FLOAT16_T SUM at the same d"}
+    out.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="docs/data/casts/allreduce-casts.csv")
@@ -71,19 +107,12 @@ def main(argv=None) -> int:
     for r in rows:
         f16 = next(x for x in rows if x["d"] == r["d"] and x["wire"] == "float16")
         r["avg_over_float16"] = r["avg_s"] / f16["avg_s"]
-        r["mpi"] = library_version()
-        r["note"] = args.note
     if t.is_root:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with out.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_table(rows, Path(args.out), t.size, args, argv)
         for r in rows:
-            print(f"{r['wire']:9s} d=2^{int(np.log2(r['d'])):<3d} {r['bytes_per_rank']:>9d} B  avg {1e3 * r['avg_s']:9.3f} ms"
+            print(f"{r['wire']:12s} d=2^{int(np.log2(r['d'])):<3d} {r['bytes_per_rank']:>9d} B  avg {1e3 * r['avg_s']:9.3f} ms"
                   f"  ({r['avg_over_float16']:.2f}x float16)")
-        print(f"wrote {out}")
+        print(f"wrote {args.out} and its sidecar; render: python -m hpcgc.docs_tables render")
     return 0
 
 
