@@ -77,7 +77,7 @@ def write_table(rows, out: Path, ranks: int, args, argv) -> None:
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor() or "unknown") if os.path.exists("/proc/cpuinfo") else platform.processor()
     meta = {"source": "script", "commit": commit, "cpu": cpu, "cores": os.cpu_count(), "ranks": ranks,
-            "mpi": library_version(), "load": args.note or "not recorded",
+            "mpi": " ".join(library_version().split()), "load": args.note or "not recorded",
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "command": f"mpiexec -n {ranks} python scripts/casts_cost.py " + " ".join(argv or sys.argv[1:]),
             "note": "mean seconds per Allreduce over ranks (each rank's mean over the timed iterations, "
