@@ -234,6 +234,14 @@ def measure(c, x: np.ndarray, args, rng: np.random.Generator, draws: int) -> dic
         row["np_compress_s"] = float(np.median(t_np))
         row["np_decompress_s"] = float(np.median(t_npd))
 
+    # a compressor's core kernel alone (``kernel_probe``: hadamard's rotation, sign flip + FWHT)
+    row["kernel_s"] = math.nan
+    probe = getattr(c, "kernel_probe", None)
+    if probe is not None:
+        t_k, (t_copy3,) = _timed_with(probe(x), (copy,), args.repeat, args.warmup, args.budget, 3)
+        row["kernel_s"] = float(np.median(t_k))
+        row["kernel_over_copy"] = _paired_ratio(t_copy3, t_k)
+
     # measured ω (unbiased) or δ (biased) on the same x
     x64 = x.astype(np.float64)
     nx2 = float(x64 @ x64)
@@ -259,7 +267,9 @@ def measure(c, x: np.ndarray, args, rng: np.random.Generator, draws: int) -> dic
         "speedup_comp": row["np_compress_s"] / comp_s, "speedup_dec": row["np_decompress_s"] / dec_s,
         "model_bpe": row["model_bits"] / d, "wire_bpe": row["wire_bits"] / d,
         "wire_over_model": row["wire_bits"] / row["model_bits"] if row["model_bits"] > 0 else math.nan,
+        "kernel_gbps": nbytes / row["kernel_s"] / 1e9,
     })
+    row.setdefault("kernel_over_copy", math.nan)
     return row
 
 
@@ -278,7 +288,8 @@ ROW_FIELDS = ("d", "compress_s", "compress_min_s", "decompress_add_s", "decompre
               "model_bits", "param_measured", "param_theory", "draws", "comp_gbps", "comp_meps",
               "dec_add_gbps", "dec_gbps", "copy_gbps", "comp_over_copy", "dec_add_over_copy", "dec_add_over_acc",
               "np_comp_gbps",
-              "np_dec_gbps", "speedup_comp", "speedup_dec", "model_bpe", "wire_bpe", "wire_over_model")
+              "np_dec_gbps", "speedup_comp", "speedup_dec", "model_bpe", "wire_bpe", "wire_over_model",
+              "kernel_s", "kernel_gbps", "kernel_over_copy")
 
 
 def write_h5(path: Path, attrs: dict, copy_rows: list, results: list) -> Path:
@@ -410,6 +421,9 @@ def main(argv) -> int:
             row["spec"] = c.spec
             rows.append(row)
             print(table_row(row))
+            if not math.isnan(row["kernel_s"]):
+                print(f"#   {c.kernel_probe.__doc__.splitlines()[0]} alone: {row['kernel_gbps']:.3f} GB/s of input, "
+                      f"{row['kernel_over_copy']:.3f} x copy")
             sys.stdout.flush()
         results.append((spec, rows, meta))
     print(f"\n# total {time.perf_counter() - t_start:.1f} s")

@@ -275,8 +275,10 @@ def test_plan_time_refusals():
     cfg["run"].update(algorithm="marina", probability=1.5)
     assert any("run.probability must be in (0, 1]" in m for m in check(cfg))
     cfg["run"].update(algorithm="adiana", probability="theory", collective="gather")
+    assert check(cfg) == []                                  # w is broadcast when it moves
+    cfg["run"].update(collective="allreduce", compressor="identity")
     msgs = check(cfg)
-    assert any("algorithm 'adiana' cannot run under run.collective = 'gather'" in m and "allgather" in m
+    assert any("algorithm 'adiana' cannot run under run.collective = 'allreduce'" in m and "'gather'" in m
                for m in msgs), msgs
     cfg["run"].update(algorithm="marina", collective="allreduce", compressor="identity")
     assert any("marina" in m and "allreduce" in m for m in check(cfg))

@@ -12,8 +12,12 @@ x⁰ = y⁰ = z⁰ = w⁰, h_i⁰ = h⁰ = 0; per iteration k:
                z^{k+1} = β z^k + (1 − β) x^k + (γ/η)(y^{k+1} − x^k)
                w^{k+1} = y^k with probability p (one coin for all ranks), else w^k
 
-Parameters, strongly convex theorem (Thm 3 of 2002.11364 as we read it; L = L_max, every f_i is
-L-smooth, μ = problem.l2, ω = variance parameter, n independent messages):
+Parameters, strongly convex theorem (Thm 3 of 2002.11364; L = L_max, every f_i is L-smooth,
+μ = problem.l2, ω = variance parameter, n independent messages), term by term those of the public
+implementation by the authors' group, ``Rustem-Islamov/FedNL-Public``, ``methods.py``, function
+``adiana`` (α = 1/(1+ω); θ₂ = 1/2; p = min(1, max(α/2, (α/2)(√(n/(32ω)) − 1))), which is the p below;
+η = min(1/(2L), n/(64ωL(2p(ω+1)+1)²)); θ₁ = min(1/4, √(ηλ/p)); γ = η/(2(θ₁ + ηλ)); β = 1 − γλ;
+w ← the old y with probability p; with ω = 0: p = 1, η = 1/(2L), as here):
 
     α = 1/(1 + ω),   θ₂ = 1/2,
     p = min{1, max{1, √(n/(32ω)) − 1} / (2(1 + ω))},
@@ -27,9 +31,13 @@ at set-up, naming it. ADIANA+ (:mod:`.adiana_plus`) uses the same function with 
 
 Gradient evaluations: ∇f_i(x^k) every iteration, ∇f_i(w^k) only when w moves (cached).
 
-Collectives: ``allgather`` only. The workers need w^k as well as x^k; a parameter server broadcasts
-only x, so under ``allgather`` every rank holds the server state (x, y, z, w, h) and its worker reads
-w^k from it. ``allreduce`` would need two summed messages per iteration (not implemented).
+Collectives: ``gather`` and ``allgather``. The workers need w^k as well as x^k. Under ``allgather``
+every rank holds the server state (x, y, z, w, h) and its worker reads w^k from it. Under ``gather``
+(the parameter server) each worker keeps its own copy of w (w⁰ = x⁰) and rank 0 broadcasts w^{k+1}
+(d float64, one more Bcast, :meth:`Adiana.down_extra`) at the iterations where it moves — the coin is
+shared (:func:`~.base.shared_coin` of the run seed and k), so every rank knows when without a message;
+those bytes are counted in the downlink ledger (≈ p·64d bits per iteration on average). ``allreduce``
+would need two summed messages per iteration (not implemented).
 """
 from __future__ import annotations
 
@@ -42,9 +50,8 @@ from ..errors import ConfigError, PayloadError
 from .base import Algorithm, coin_probability, shared_coin
 from .diana import independent_messages, unbiased_omega
 
-COLLECTIVES_WHY = ("its workers need the reference point w^k as well as x^k, and a parameter server broadcasts "
-                   "only x: under 'allgather' every rank holds the server state and reads w^k from it; use "
-                   "run.collective = 'allgather'")
+COLLECTIVES_WHY = ("it sends two compressed messages per iteration (at x^k and at w^k), which do not add up in "
+                   "one Allreduce; use run.collective = 'gather' (w broadcast when it moves) or 'allgather'")
 
 
 @dataclass
@@ -57,6 +64,8 @@ class WorkerState:
     wref: np.ndarray       # the w the cache belongs to
     fresh: np.ndarray      # bool (1,): the cache holds a gradient
     evals: np.ndarray      # single-sample gradient evaluations so far
+    w: np.ndarray          # this worker's copy of w^k (gather, on ranks without the server state)
+    k: np.ndarray          # int64 (1,): iterations computed (the shared coin's index)
 
 
 @dataclass
@@ -149,6 +158,29 @@ def local_gradients(state, w: np.ndarray, x: np.ndarray, problem) -> np.ndarray:
     return problem.grad(x)
 
 
+def worker_w(alg, state, x: np.ndarray) -> np.ndarray:
+    """w^k as a worker reads it (counts the iteration): the server state's where this rank holds it
+    (allgather; rank 0 under gather), else its own copy, w⁰ = x⁰, moved by :func:`down_extra`."""
+    state.k[0] += 1
+    if alg._ss is not None:
+        return alg._ss.w
+    if state.k[0] == 1:
+        state.w[:] = x
+    return state.w
+
+
+def down_extra(alg, ss):
+    """Under gather: w^{k+1} (rank 0: the server's, a worker: its copy to receive into) when the shared
+    coin of iteration k moved it, else None — the same decision on every rank."""
+    if ss is not None:
+        k, buf = int(ss.k[0]) - 1, ss.w
+    elif alg._ws is not None:
+        k, buf = int(alg._ws.k[0]) - 1, alg._ws.w
+    else:
+        return None
+    return buf if shared_coin(alg.seed, k, alg.par["probability"]) else None
+
+
 def frame(p1: np.ndarray, p2: np.ndarray) -> np.ndarray:
     """Two payloads as one message: 4-byte little-endian length of the first, then both."""
     return np.concatenate([np.frombuffer(np.uint32(p1.size).tobytes(), dtype=np.uint8), p1, p2])
@@ -189,7 +221,7 @@ def refuse_extras(name: str, options: dict) -> None:
 class Adiana(Algorithm):
     name = "adiana"
     needs_unbiased = True
-    collectives = ("allgather",)
+    collectives = ("gather", "allgather")
     collectives_why = COLLECTIVES_WHY
 
     def __init__(self, compressors, *, d, n_workers, weights, problem_info, options):
@@ -205,7 +237,7 @@ class Adiana(Algorithm):
                                      multiplier=float(options.get("step_multiplier", 1.0)),
                                      alpha=options.get("alpha", "theory"))
         self.seed = int(options.get("seed", 0))
-        self._ss = None
+        self._ss = self._ws = None
 
     @classmethod
     def plan_refusals(cls, rc: dict, compressor=None) -> list[str]:
@@ -213,11 +245,16 @@ class Adiana(Algorithm):
 
     def worker_init(self, i: int, problem=None) -> WorkerState:
         d = self.d
-        return WorkerState(i=i, h=np.zeros(d), vx=np.zeros(d), vw=np.zeros(d), gw=np.zeros(d), wref=np.zeros(d),
-                           fresh=np.zeros(1, dtype=bool), evals=np.zeros(1))
+        self._ws = WorkerState(i=i, h=np.zeros(d), vx=np.zeros(d), vw=np.zeros(d), gw=np.zeros(d),
+                               wref=np.zeros(d), fresh=np.zeros(1, dtype=bool), evals=np.zeros(1), w=np.zeros(d),
+                               k=np.zeros(1, dtype=np.int64))
+        return self._ws
+
+    def down_extra(self, ss):
+        return down_extra(self, ss)
 
     def worker_compute(self, state: WorkerState, x: np.ndarray, problem, rng):
-        g = local_gradients(state, self._ss.w, x, problem)
+        g = local_gradients(state, worker_w(self, state, x), x, problem)
         np.subtract(g, state.h, out=state.vx)
         np.subtract(state.gw, state.h, out=state.vw)
 

@@ -27,6 +27,7 @@ import numpy as np
 from . import smoothness as plus
 from .adiana import (
     COLLECTIVES_WHY,
+    down_extra,
     frame,
     local_gradients,
     new_server_state,
@@ -35,6 +36,7 @@ from .adiana import (
     server_update,
     theory_parameters,
     unframe,
+    worker_w,
 )
 from .diana import independent_messages
 from .smoothness import DianaPlus
@@ -47,6 +49,8 @@ class WorkerState(plus.WorkerState):
     wref: np.ndarray
     fresh: np.ndarray      # bool (1,)
     evals: np.ndarray
+    w: np.ndarray          # this worker's copy of w^k (gather)
+    k: np.ndarray          # int64 (1,): iterations computed
 
 
 class AdianaPlus(DianaPlus):
@@ -55,7 +59,7 @@ class AdianaPlus(DianaPlus):
     name = "adiana+"
     kernels = ()                       # its own step (server_update), not DIANA+'s kernel
     method = "diana"
-    collectives = ("allgather",)
+    collectives = ("gather", "allgather")
     collectives_why = COLLECTIVES_WHY
 
     def __init__(self, compressors, *, d, n_workers, weights, problem_info, options):
@@ -70,7 +74,7 @@ class AdianaPlus(DianaPlus):
         self.independent = independent_messages(compressors, n_workers)
         self.par = {}
         self.seed = int(options.get("seed", 0))
-        self._ss = None
+        self._ss = self._ws = None
 
     @classmethod
     def plan_refusals(cls, rc: dict, compressor=None) -> list[str]:
@@ -90,12 +94,16 @@ class AdianaPlus(DianaPlus):
     def worker_init(self, i: int, problem=None) -> WorkerState:
         base = super().worker_init(i, problem)
         d = self.d
-        return WorkerState(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)},
-                           vw=np.zeros(d), gw=np.zeros(d), wref=np.zeros(d), fresh=np.zeros(1, dtype=bool),
-                           evals=np.zeros(1))
+        self._ws = WorkerState(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)},
+                               vw=np.zeros(d), gw=np.zeros(d), wref=np.zeros(d), fresh=np.zeros(1, dtype=bool),
+                               evals=np.zeros(1), w=np.zeros(d), k=np.zeros(1, dtype=np.int64))
+        return self._ws
+
+    def down_extra(self, ss):
+        return down_extra(self, ss)
 
     def worker_compute(self, state: WorkerState, x: np.ndarray, problem, rng):
-        g = local_gradients(state, self._ss.w, x, problem)
+        g = local_gradients(state, worker_w(self, state, x), x, problem)
         np.subtract(g, state.h, out=state.delta)
         np.subtract(state.gw, state.h, out=state.vw)
 

@@ -154,6 +154,13 @@ class Algorithm:
     compress its broadcast with EF21-P (``run.downlink``, :mod:`hpcgc.exchange.downlink`): the
     workers then evaluate at w, the server keeps stepping its own x."""
 
+    def down_extra(self, ss) -> np.ndarray | None:
+        """Under ``gather``, right after the iterate's Bcast, every rank: an array that one more Bcast
+        from rank 0 fills this iteration (rank 0 passes the server's, ``ss`` not None; a worker rank its
+        own receive buffer), or None. Every rank must agree without communicating (a shared coin):
+        ADIANA's reference point w when it moves. Counted in the downlink's bits. Default: None."""
+        return None
+
     def __init__(self, compressors: list, *, d: int, n_workers: int, weights, problem_info: dict,
                  options: dict):
         """``compressors[i]`` is worker i's compressor (per-worker ratios from an allocation);

@@ -45,6 +45,9 @@ _MODULES: dict[str, str] = {
     "natural-randk": "natural:NaturalRandK",
     "powersgd": "powersgd:PowerSGD",
     "int8": "int8:Int8",
+    "compose": "compose:Compose",
+    "hadamard": "hadamard:Hadamard",
+    "countsketch": "countsketch:CountSketch",
 }
 """Name → ``module:Class`` in this package: the registry's one line per compressor."""
 
@@ -112,7 +115,9 @@ _WARM_UP_SPECS = ("identity", "identity:fp64=true", "qsgd", "qsgd:bucket=16,p=in
                   "topk:k=3", "topk:k=30,fp64=true", "threshold:lam=0.5", "sign", "scaled-sign", "bernoulli:p=1",
                   "natural", "natural:fp64=true", "natural-dither", "natural-dither:p=inf,bucket=16",
                   "natural-randk:k=3", "natural-randk:k=3,fp64=true",
-                  "powersgd", "powersgd:fp64=true", "identity:fp16", "identity:bf16", "int8")
+                  "powersgd", "powersgd:fp64=true", "identity:fp16", "identity:bf16", "int8",
+                  "hadamard", "hadamard:p=2,fp64=true", "countsketch:cols=8",
+                  "countsketch:rows=3,cols=8,decode=topk,k=2", "compose:randk:k=3+qsgd", "compose:topk:k=3+natural")
 
 
 def _warm_up() -> None:

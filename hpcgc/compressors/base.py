@@ -173,11 +173,14 @@ def parse_value(text: str) -> Any:
 
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """Split ``"name:k=v,k=v"`` into the lower-cased name and a dict of parsed values. A bare key
-    is a flag set to true: ``"identity:fp16"`` = ``"identity:fp16=true"``."""
+    is a flag set to true: ``"identity:fp16"`` = ``"identity:fp16=true"``; ``compose:A+B`` gives
+    ``("compose", {"of": "A+B"})`` (the parts' own specs are parsed by :mod:`.compose`)."""
     if not isinstance(spec, str):
         raise ConfigError(f"compressor spec must be a string, got {type(spec).__name__}")
     name, _, rest = spec.partition(":")
     name = name.strip().lower()
+    if name == "compose":                  # compose:A+B: the parts' specs, verbatim (compose.py splits them)
+        return name, ({"of": rest.strip()} if rest.strip() else {})
     params: dict[str, Any] = {}
     if rest.strip():
         for item in rest.split(","):
@@ -348,6 +351,10 @@ class Compressor(ABC):
     collectives: ClassVar[tuple[str, ...]] = ("gather", "allgather")
     """The ``run.collective`` values this compressor's messages can ride: every byte payload rides
     Gatherv and Allgatherv; only messages that add up element-wise ride Allreduce."""
+
+    deterministic: ClassVar[bool] = False
+    """True when the message is a function of x alone (identity, top-k, sign, threshold): the seed
+    ``compress`` draws is unused (a composition hands it to its next part, :mod:`.compose`)."""
 
     shared_randomness: ClassVar[bool] = False
     """True when every worker must draw the same randomness in an iteration (shared-seed rand-k):

@@ -80,6 +80,7 @@ class Identity(Compressor):
     FORMAT_ID = 1
     BITS_BY_LENGTH = True          # model bits: a function of d and the payload's length
     unbiased = True
+    deterministic = True
     collectives = ("gather", "allreduce", "allgather")
 
     def _init(self) -> None:

@@ -113,6 +113,7 @@ class Sign(DecodeInto, Compressor):
     FORMAT_ID = 7
     BITS_BY_LENGTH = True          # model bits: a function of d and the payload's length
     unbiased = False
+    deterministic = True
 
     def omega(self, d: int) -> None:
         return None

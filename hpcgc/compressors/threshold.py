@@ -63,6 +63,7 @@ class Threshold(SparseCompressor):
     )
     FORMAT_ID = 6
     unbiased = False
+    deterministic = True
     VARIABLE_NNZ = True
 
     def _init(self) -> None:

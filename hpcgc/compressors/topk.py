@@ -282,6 +282,7 @@ class TopK(FixedKSparse):
     )
     FORMAT_ID = 5
     unbiased = False
+    deterministic = True
 
     def omega(self, d: int) -> None:
         return None

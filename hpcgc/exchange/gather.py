@@ -8,7 +8,8 @@
     wait_down  Bcast of the control word (8 bytes) from rank 0: the workers wait in it while rank 0
                steps (late sender: the server); compressed downlink: the Bcast of its 8-byte
                header (payload length, control word)
-    comm_down  Bcast of the new iterate (float64); compressed downlink (``run.downlink``, EF21-P,
+    comm_down  Bcast of the new iterate (float64), and of the algorithm's extra vector when it sends one
+               (``Algorithm.down_extra``: ADIANA's w at the iterations where it moves); compressed downlink (``run.downlink``, EF21-P,
                :mod:`.downlink`): Bcast of the payload and every rank's decoding of it into w
 
 With ``run.wait_phases = false`` the wait phases are 0 and the same time is in ``comm_*``; the
@@ -50,6 +51,7 @@ class Gather(Exchange):
         self.control_word = CONTINUE
         self.diff = np.empty(d) if self.downlink is not None and self.t.is_root else None
         self.placed = None                 # rank 0: the server's x when it lives in xbuf (place_server_state)
+        self.extra_size = 0                # float64 entries of this iteration's extra Bcast (Algorithm.down_extra)
 
     def place_server_state(self, ss) -> None:
         """Rank 0, dense broadcast, an algorithm that ``steps_in_place``: the server's x becomes the
@@ -89,6 +91,10 @@ class Gather(Exchange):
         else:
             t5 = t4
             t.bcast(self.xbuf)
+        extra = self.alg.down_extra(ss)             # ADIANA's w when its shared coin moved it
+        self.extra_size = 0 if extra is None else extra.size
+        if extra is not None:
+            t.bcast(extra)
         t6 = wtime()
         return (0.0, *self._late_sender(t0, t1, t2), t3 - t2, t5 - t4, t6 - t5)
 
@@ -152,15 +158,16 @@ class Gather(Exchange):
     def account(self, bits_model, bits_wire) -> float:
         super().account(bits_model, bits_wire)
         if self.downlink is None:
-            return 8.0 * self.xbuf.nbytes
+            return 8.0 * (self.xbuf.nbytes + 8 * self.extra_size)
         return 8.0 * (DOWN_HEADER_BYTES + self.down_payload.size)
 
     def down_model_bits(self) -> float:
-        """Dense: 64·d (the float64 iterate; the control word is overhead); compressed: the downlink
+        """Dense: 64·d (the float64 iterate; the control word is overhead), plus 64 per entry of the
+        algorithm's extra Bcast (ADIANA's w when it moves); compressed: the downlink
         compressor's model bits of this iteration's payload (0 when nothing was sent)."""
         d = self.x.shape[0]
         if self.downlink is None:
-            return 64.0 * d
+            return 64.0 * (d + self.extra_size)
         return float(self.downlink.comp.model_bits(self.down_payload, d)) if self.down_payload.size else 0.0
 
     def state(self) -> dict:

@@ -114,6 +114,17 @@ class Run:
         self.downlink = downlink.build(self.r["downlink"], d=s.d, n_workers=s.n_workers)
         self.down_rng = np.random.default_rng(np.random.SeedSequence(self.r["seed"], spawn_key=(DOWNLINK_STREAM,)))
 
+    def _encode_rng(self):
+        """The generator compressors draw from: the shared one when a compressor needs all its
+        randomness shared (shared-seed rand-k, PowerSGD, count sketch); the rank's own carrying the
+        shared one as ``.shared`` when only a rotation is shared (``hadamard``); else the rank's own."""
+        if self.shared:
+            return self.shared_rng
+        if any(getattr(c, "shared_rotation", False) for c in self.comps):
+            from ..compressors.hadamard import with_shared
+            return with_shared(self.rng, self.shared_rng)
+        return self.rng
+
     def _per_worker_compressors(self) -> list:
         """Worker i's compressor: with a budget, an allocation sets each worker's kept fraction δ_i,
         applied as k_i = max(1, ⌈δ_i·d⌉) to compressors that have a ``k`` parameter, or (``dagc-a``)
@@ -240,8 +251,7 @@ class Run:
         if width >= 0:
             mine = np.full(width, -np.inf) if vals is None else np.asarray(vals, dtype=np.float64)
             alg.set_agreed(t.allreduce_max_array(mine))
-        ex = exchange.get(r["collective"])(t, alg, s.worker_ranks, me, x,
-                                           self.shared_rng if self.shared else self.rng,
+        ex = exchange.get(r["collective"])(t, alg, s.worker_ranks, me, x, self._encode_rng(),
                                            downlink=self.downlink, downlink_rng=self.down_rng)
         ex.split = r["wait_phases"]
         self.ex = ex
