@@ -179,9 +179,10 @@ class Compose(Compressor):
 
     def _b_encode(self, v: np.ndarray, seed) -> np.ndarray:
         m = v.shape[0]
-        if self.__dict__.setdefault("_b_valid", set()).isdisjoint((m,)):
+        checked = self.__dict__.setdefault("_b_checked", set())
+        if m not in checked:                 # B's parameters at the dimension it acts on, once per m
             self.b.validate(m)
-            self._b_valid.add(m)
+            checked.add(m)
         return self.b._codec_at(m)[0](v, seed)
 
     def _compress(self, x: np.ndarray, seed) -> np.ndarray:

@@ -29,6 +29,8 @@ CASES = {
     "diana-ef21p-down": {"run.algorithm": "diana", "run.compressor": "qsgd:s=2", "run.downlink": "randk:k=6"},
     "vr-diana-coin": {"run.algorithm": "vr-diana", "run.compressor": "randk:k=6", "run.batch": 30},
     "adiana-allgather": {"run.algorithm": "adiana", "run.compressor": "natural", "run.collective": "allgather"},
+    "adiana-gather": {"run.algorithm": "adiana", "run.compressor": "natural", "run.probability": 0.05},
+    "diana-hadamard": {"run.algorithm": "diana", "run.compressor": "hadamard:s=2"},   # the shared rotation stream
     "diana+-dense": {"run.algorithm": "diana+", "run.compressor": "quant+:p=inf", "run.batch": 30},
     "local-sgd-topk-ef": {"data.dataset": "digits", "problem.kind": "softmax", "run.algorithm": "local-sgd",
                           "run.compressor": "topk:k=20", "run.error_feedback": True, "run.batch": 16,
