@@ -204,9 +204,10 @@ def _measure(s) -> str:
 RUN_HEAD = f"{'run':<5} {'algorithm':<9} {'compressor':<26} {'collective':<10}"
 
 
-def run_columns(s) -> str:
+def run_columns(s, repeat: bool = True) -> str:
     """A run's first columns in the summary and floor tables (under :data:`RUN_HEAD`)."""
-    return f"{s.run_id[:3]:<5} {s.algorithm:<9} {s.compressor[:26]:<26} {s.collective:<10}"
+    run = s.run_id[:3] + (f"r{s.repeat}" if repeat and re.search(r"-r\d+$", s.run_id) else "")
+    return f"{run:<5} {s.algorithm:<9} {s.compressor[:26]:<26} {s.collective:<10}"
 
 
 def floor_head(ratio: str) -> str:
@@ -240,6 +241,47 @@ def summary_table(summaries) -> str:
     if floor:
         lines.append("# median: hpcgc's median iteration (over ranks and iterations); floor: the same collectives with "
                      "the same message sizes and nothing else (python -m hpcgc.bench floor, docs/performance.md)")
+    return "\n".join(lines)
+
+
+def spread_groups(summaries, group_of) -> list[tuple[str, list]]:
+    """Summaries grouped by ``group_of(summary)`` (the run's configuration without its seed), in
+    first-seen order; groups of one run are left out."""
+    groups: dict = {}
+    for s in summaries:
+        groups.setdefault(group_of(s), []).append(s)
+    return [(k, g) for k, g in groups.items() if len(g) > 1]
+
+
+def over_what(group) -> str:
+    """'repeats', 'seeds' or 'repeats x seeds': what a group's runs differ in."""
+    reps, seeds = len({s.repeat for s in group}), len({s.seed for s in group})
+    return "repeats x seeds" if reps > 1 and seeds > 1 else "seeds" if seeds > 1 else "repeats"
+
+
+def spread_table(summaries, group_of) -> str:
+    """The median and 95 % interval (hpcgc.analysis.spread: order statistics of the median) of time
+    per iteration, iterations and time to target of each group of runs that share a configuration
+    but the seed (repeats of one grid point, seeds, or both); empty when every group has one run."""
+    from .analysis.spread import describe, format_spread, spread
+    groups = spread_groups(summaries, group_of)
+    if not groups:
+        return ""
+    head = (f"{RUN_HEAD} {'over':<15} {'n':>3} {'ms/it (median) [95% interval]':>34} "
+            f"{'iterations':>26} {'time to target (s)':>30}")
+    lines = ["# spread over runs of one configuration: median [95 % interval] (order statistics of the median; "
+             "docs/analysis.md, Spread)", head, "-" * len(head)]
+    ns = set()
+    for _, g in groups:
+        ns.add(len(g))
+        tt = spread([s.time_to_target_s for s in g])
+        reached = f" ({tt.n}/{len(g)})" if tt.n < len(g) else ""
+        lines.append(f"{run_columns(g[0], repeat=False)} {over_what(g):<15} {len(g):>3} "
+                     f"{format_spread(spread([s.median_iter_ms for s in g])):>34} "
+                     f"{format_spread(spread([s.iterations for s in g]), '.6g'):>26} "
+                     f"{format_spread(tt) + reached:>30}")
+    lines += [f"# n = {n}: {describe(n)}" for n in sorted(ns)]
+    lines.append("# time to target: the loop's wall-clock of runs stopped by run.tolerance (k/n: k of n runs reached it)")
     return "\n".join(lines)
 
 
@@ -280,12 +322,15 @@ def cmd_run(args, argv, validate_only=False) -> int:
     runs = prepare(cfg, t, select=args.grid_index)
     if validate_only:
         say(f"experiment {cfg['name']!r}: {len(runs)} run(s) valid for {t.size} rank(s)")
-        say(f"grid points: {len(config.expand(cfg))}")
+        say(f"grid points: {len(config.expand(cfg))}; repeats: {cfg['run']['repeats']} of each (same seed; "
+            "order p0r0, p1r0, ..., p0r1, ...)" if cfg["run"]["repeats"] > 1 else
+            f"grid points: {len(config.expand(cfg))}")
         for r in runs:
             rc = r.rp.cfg
             params = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                for k, v in r.alg.describe().items())
-            say(f"  {r.rp.run_id}: {rc['data']['dataset']} [{rc['data']['partition']}] {rc['problem']['kind']} "
+            say(f"  {r.rp.run_id}{f' (repeat {r.rp.repeat})' if cfg['run']['repeats'] > 1 else ''}: "
+                f"{rc['data']['dataset']} [{rc['data']['partition']}] {rc['problem']['kind']} "
                 f"collective={rc['run']['collective']} "
                 f"l2={rc['problem']['l2']:g}  d={r.s.d} n={r.s.n_workers}  {params}  iterations={rc['run']['iterations']}"
                 + (f"  layers={'-'.join(map(str, r.s.model.widths))}" if r.s.model is not None else ""))
@@ -297,9 +342,16 @@ def cmd_run(args, argv, validate_only=False) -> int:
                               overwrite=args.overwrite, resume=args.resume)
     if t.is_root:
         say(summary_table(summaries))
+        without_seed = {r.rp.run_id: config.to_toml({**r.rp.cfg, "run": {**r.rp.cfg["run"], "seed": 0}})
+                        for r in runs}
+        spread = spread_table(summaries, lambda s: without_seed[s.run_id])
+        if spread:
+            say(spread)
         if args.command == "floor":
             from .floor import table
             say(table(summaries))
+        for w in getattr(summaries, "warnings", []):
+            say(w)
         say(f"# results: {path}")
     return 0
 

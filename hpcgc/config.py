@@ -49,7 +49,16 @@ def _iterations(v):
     return 0 < v <= MAX_ITERATIONS
 
 
+def _repeats(v):
+    return 1 <= v <= MAX_REPEATS
+
+
 MAX_ITERATIONS = 10**9
+MAX_REPEATS = 100
+"""Largest ``run.repeats``: a hundred repeats pin a median's 95 % interval to a few order statistics;
+more is a mistake (a typo, or seconds meant as a count)."""
+NOT_SWEPT = ("run.repeats",)
+"""Experiment-wide keys: not in [sweep] or a [[variant]] (every grid point is repeated alike)."""
 MAX_GRID = 100_000
 """Largest grid an experiment may expand to (runs); SLURM arrays and results files beyond that are
 not what anyone wants by accident."""
@@ -106,6 +115,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "probability": Key((str, *_NUM), "theory", "the shared coin's p: VR-DIANA reference refresh (theory: b/m), "
                             "ADIANA w-update (its theorem), MARINA dense round (1/(1+ω)); in (0, 1]"),
         "batch": Key(int, 0, "mini-batch size per worker (0 = full local gradient)", check=(_nonneg, ">= 0")),
+        "repeats": Key(int, 1, "run every grid point this many times with the same seed (identical iterates; "
+                       "the spread is the machine's), interleaved p0r0, p1r0, …, p0r1, …; recorded as the "
+                       "run's repeat 0 … R−1 (docs/results.md); between 1 and 100; not sweepable",
+                       check=(_repeats, "between 1 and 100")),
         "seed": Key(int, 0, "random seed (rank r uses SeedSequence(seed).spawn(world_size)[r])",
                     check=(_nonneg, ">= 0")),
         "eval_every": Key(int, 10, "evaluate and record every this many iterations", check=(_positive, "> 0")),
@@ -216,11 +229,13 @@ def merge(cfg: dict, user: dict, source: str, problems: list | None = None) -> d
 
     def variant_key(entry, vk, vv):
         sec, k = _locate(vk)
+        _not_swept(sec, k, f"{source}: a [[variant]]")
         _check_value(sec, k, vv)
         entry[f"{sec}.{k}" if sec else k] = vv
 
     def sweep_key(sk, sv):
         sec, k = _locate(sk)
+        _not_swept(sec, k, f"{source}: [sweep]")
         if not isinstance(sv, list) or not sv:
             raise ConfigError(f"{source}: sweep.{sk} must be a non-empty list, got {sv!r}")
         for item in sv:
@@ -258,6 +273,11 @@ def merge(cfg: dict, user: dict, source: str, problems: list | None = None) -> d
 
     each(user.items(), top_level)
     return _report(cfg, errors, problems)
+
+
+def _not_swept(sec: str, k: str, where: str) -> None:
+    if f"{sec}.{k}" in NOT_SWEPT:
+        raise ConfigError(f"{where} cannot set {sec}.{k}: it applies to the whole experiment (set it in [{sec}])")
 
 
 def _report(cfg: dict, errors: list, problems: list | None) -> dict:

@@ -2,7 +2,7 @@
 ``.phases_frame()`` (pandas comes with the ``analysis`` extra; nothing else in hpcgc needs it).
 
 Every frame starts with the columns that say which run a row belongs to (:data:`RUN_COLUMNS`:
-file, run id, label, algorithm, compressor, collective, allocation, seed, data set, partition,
+file, run id, label, algorithm, compressor, collective, allocation, seed, repeat, data set, partition,
 problem, ℓ2, ℓ1, n workers, d, ranks, server mode) and holds the values of the results file
 unchanged — no interpolation, no filtering; a run cut off by a killed job keeps the rows present in
 all its datasets. Column meanings are those of ``docs/results.md``; ``docs/analysis.md`` lists the
@@ -15,11 +15,12 @@ import numpy as np
 from .results import LEDGER, PHASES, SCALAR_SERIES, WORKER_SERIES
 
 RUN_COLUMNS = ("file", "run_id", "label", "algorithm", "compressor", "collective", "allocation", "seed",
-               "dataset", "partition", "problem", "l2", "l1", "n", "d", "ranks", "server")
+               "repeat", "dataset", "partition", "problem", "l2", "l1", "n", "d", "ranks", "server")
 #: attribute of the run (or, for ``ranks``, of the file) behind each run column
 _ATTR = {"n": "n_workers", "ranks": "world_size"}
 PROVENANCE = ("hpcgc_version", "git_commit", "git_dirty", "created", "command_line", "mpi_library_version",
-              "hostnames", "complete")
+              "hostnames", "complete", "machine_start_cpu_model", "machine_start_load1", "machine_end_load1",
+              "noise_other_cpu_share", "noise_warnings")
 
 
 def _pd():
@@ -42,6 +43,8 @@ def run_columns(run) -> dict:
         elif c == "ranks":
             t = run.time.get("iter")
             out[c] = int(run.file_attrs.get("world_size") or (t.shape[1] if t is not None else 0))
+        elif c == "repeat":
+            out[c] = int(a.get("repeat", 0))
         else:
             out[c] = a.get(_ATTR.get(c, c), "")
     return out
@@ -205,3 +208,59 @@ def phases_frame(runs):
                 out.append(row)
     return pd.DataFrame(out) if out else pd.DataFrame(
         columns=[*RUN_COLUMNS, "rank", "role", "phase", "iterations", "seconds", "ms_per_iteration"])
+
+
+#: the measures :func:`spread_frame` summarizes (columns of :func:`runs_frame` / time to target)
+SPREAD_MEASURES = ("ms_per_iteration", "iterations", "time_to_eps_s")
+
+
+def time_to_eps(run, eps: float, metric: str = "suboptimality") -> float:
+    """Rank 0's loop time (seconds) at the first recorded row where ``metric`` <= ``eps`` (NaN: never)."""
+    T = rows(run)
+    v = np.asarray(run.series.get(metric, [])[:T], dtype=float)
+    hit = np.flatnonzero(v <= eps)
+    it = run.time.get("iter")
+    return float(it[hit[0], 0]) if hit.size and it is not None else float("nan")
+
+
+def spread_frame(runs, eps: float | None = None, metric: str = "suboptimality", over: str = "auto"):
+    """One row per configuration: the runs that differ only in ``repeat`` and/or ``seed``, summarized by
+    the median and 95 % interval of :data:`SPREAD_MEASURES` (:mod:`hpcgc.analysis.spread`: order
+    statistics of the median; for fewer than 6 runs [min, max] with its actual coverage).
+
+    ``over``: ``"repeats"`` (group also by seed: the machine's spread), ``"seeds"`` (group also by
+    repeat: the method's), ``"all"`` (both together) or ``"auto"`` (= ``"all"``). Columns:
+    :data:`RUN_COLUMNS` of the group's first run (``run_id``, ``seed``, ``repeat`` of it), ``over``
+    (what the group's runs differ in: repeats, seeds, repeats x seeds, or one run), ``runs``,
+    ``repeats``, ``seeds``, and per measure ``<m>_median``, ``_lo``, ``_hi``, ``_n`` (finite values:
+    runs that reached ``eps`` for the time to target), ``_coverage``. ``time_to_eps_s`` needs ``eps``
+    (NaN without)."""
+    from .analysis.spread import columns, spread
+    pd = _pd()
+    rf = runs_frame(runs)
+    if rf.empty:
+        return pd.DataFrame(columns=[*RUN_COLUMNS, "over", "runs"])
+    rf["time_to_eps_s"] = [time_to_eps(r, eps, metric) if eps is not None else float("nan") for r in runs]
+    rf["_config"] = [_config_key(r) for r in runs]
+    keys = ["_config"] + (["seed"] if over == "repeats" else ["repeat"] if over == "seeds" else [])
+    out = []
+    for _, g in rf.groupby(keys, sort=False):
+        reps, seeds = g["repeat"].nunique(), g["seed"].nunique()
+        row = {c: g.iloc[0][c] for c in RUN_COLUMNS}
+        row.update(over=("repeats x seeds" if reps > 1 and seeds > 1 else "seeds" if seeds > 1 else
+                         "repeats" if reps > 1 else "one run"), runs=len(g), repeats=reps, seeds=seeds)
+        for m in SPREAD_MEASURES:
+            row.update(columns(m, spread(g[m].to_numpy(dtype=float))))
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def _config_key(run) -> str:
+    """The run's resolved configuration without its seed (and file): runs with equal keys differ
+    only in seed and repeat."""
+    import json
+    cfg = {k: (dict(v) if isinstance(v, dict) else v) for k, v in run.config.items()}
+    cfg.get("run", {}).pop("seed", None)
+    ident = {c: run_columns(run)[c] for c in ("algorithm", "compressor", "collective", "allocation", "dataset",
+                                             "partition", "problem", "ranks", "server", "label")}
+    return json.dumps([cfg, ident], sort_keys=True, default=str)

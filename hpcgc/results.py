@@ -3,9 +3,10 @@
 Layout (schema version 1; `docs/results.md` is the reference):
 
     /                attrs: schema_version, hpcgc_version, git_commit, git_dirty, created, command_line,
-                            mpi_library_version, *_version, hostnames, world_size, slurm_* when present
+                            mpi_library_version, *_version, hostnames, world_size, slurm_* when present,
+                            machine_start_*, machine_end_*, noise_* (hpcgc.machine)
     /runs/<run_id>/  attrs: config (resolved TOML), algorithm, compressor, allocation, gamma, alpha, beta,
-                            seed, dataset, d, n_workers, f_star, status, stop_reason, ...
+                            seed, repeat, dataset, d, n_workers, f_star, status, stop_reason, ...
       iteration, loss, suboptimality, dist_to_opt, grad_norm_sq, accuracy        (T,)
       bits_up_model, bits_up_wire                                                 (T, n)
       bits_down_wire, bits_down_model                                             (T,)
@@ -212,6 +213,12 @@ class ResultsWriter:
         return RunWriter(self, self.f["runs"].create_group(run_id), attrs, n_workers, world_size)
 
     @guarded
+    def set_file_attrs(self, attrs: dict):
+        """Root attributes written after creation (the machine's state at the end: ``hpcgc.machine``)."""
+        for k, v in attrs.items():
+            self.f.attrs[k] = _attr(v)
+
+    @guarded
     def flush(self):
         self.require_space(0)
         self.f.flush()
@@ -413,6 +420,11 @@ class Results(list):
         from .frames import runs_frame
         return runs_frame(self)
 
+    def spread_frame(self, eps: float | None = None, metric: str = "suboptimality", over: str = "auto"):
+        """One row per configuration: median and 95 % interval over its repeats and/or seeds."""
+        from .frames import spread_frame
+        return spread_frame(self, eps=eps, metric=metric, over=over)
+
     def phases_frame(self):
         """One row per run × rank × phase: cumulative seconds and ms per iteration at the last row."""
         from .frames import phases_frame
@@ -505,6 +517,7 @@ def _read_file(path: Path) -> Results:
 def _read_run(run_id: str, g, tomllib, path: Path, file_attrs: dict) -> Run:
     attrs = {k: _py(v) for k, v in g.attrs.items()}
     attrs.setdefault("collective", "gather")        # files written before run.collective existed
+    attrs.setdefault("repeat", 0)                   # files written before run.repeats existed
     try:
         config = tomllib.loads(attrs.get("config", ""))
     except tomllib.TOMLDecodeError:

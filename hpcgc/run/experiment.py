@@ -110,8 +110,9 @@ def prepare(cfg: dict, transport: Transport, select: str | None = None) -> list[
     error, plans = None, []
     try:
         plans = plan(cfg)
-        if select is not None:
-            plans = [plans[i] for i in parse_selection(select, len(plans))]
+        if select is not None:           # grid points, each with all its repeats
+            chosen = set(parse_selection(select, len({p.index for p in plans})))
+            plans = [p for p in plans if p.index in chosen]
         check_world(plans, transport.size)
     except UserError as exc:
         error = exc
@@ -129,14 +130,23 @@ def prepare(cfg: dict, transport: Transport, select: str | None = None) -> list[
     return runs
 
 
+class Summaries(list):
+    """The runs' summaries (rank 0), with ``warnings``: the machine-noise warnings of
+    :class:`hpcgc.machine.Probe` (empty when the machine was quiet, and on other ranks)."""
+
+    def __init__(self, *items):
+        super().__init__(*items)
+        self.warnings = []
+
+
 def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_start=None, name="experiment",
             progress=False, overwrite=False, resume=False):
     """Run prepared runs; rank 0 writes ``out`` (via ``out.partial``). Returns (path, summaries) on
-    rank 0 and (None, []) elsewhere. A run that diverges is recorded and the experiment goes on;
+    rank 0 and (None, []) elsewhere (summaries: a :class:`Summaries`). A run that diverges is recorded and the experiment goes on;
     an exception leaves the partial file readable and propagates. ``resume``: continue the
     interrupted invocation whose ``out.partial`` is there — finished runs are kept, an interrupted
     run continues from its checkpoint, the rest run as usual."""
-    from .. import provenance
+    from .. import machine, provenance
 
     t = transport
     # each rank exercises its own worker's compressor at the run's d (the decoders are shared)
@@ -145,10 +155,13 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
     warm_jit(sorted({r.comp.spec for r in runs}), t, sizes=[(r.comps[t.rank % len(r.comps)], r.s.d) for r in runs],
              kernels=sorted(kernels, key=lambda k: k.__module__))
     attrs = provenance.collect(t, list(argv))
+    probe = machine.Probe(t)                   # the machine's load and CPU at the start, our CPU time from here
     writer, err = None, None
     if t.is_root:
         from ..results import ResultsWriter  # h5py: only rank 0 writes
+        attrs.update(machine.file_attrs("machine_start", probe.start))
         log(provenance.header(attrs))
+        log(machine.describe(probe.start))
         if t_start is not None:
             log(f"# experiment {name!r}: {len(runs)} run(s); set-up {time.perf_counter() - t_start:.2f} s "
                 "(data, partitions, f*, JIT)")
@@ -164,7 +177,7 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
         except OSError as exc:
             err = UserError(f"cannot create results file {out}: {exc.strerror or exc}")
     t.agree(err)
-    summaries = []
+    summaries = Summaries()
     try:
         for i, run in enumerate(runs):
             stop_on_signal(t, summaries, run.rp.run_id, writer)
@@ -201,6 +214,9 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
         if writer is not None:
             writer.close(complete=False)
         raise
+    noise, summaries.warnings = probe.finish()
+    if writer is not None:
+        writer.set_file_attrs(noise)
     path = writer.close(complete=True) if writer is not None else None
     t.agree(writer.error if writer is not None else None)
     return path, summaries

@@ -58,6 +58,15 @@ class RunSummary:
     floor_collectives: str = ""         # the collective sequence the floor timed (rank 0's sizes)
     floor_kernels_ms: float = np.nan    # the floor + the run's own kernels timed alone (hpcgc.floor.kernels)
     floor_ratio_kernels: float = np.nan  # median_iter_ms / floor_kernels_ms
+    point: int = 0                      # the grid point (repeats of one point share it)
+    repeat: int = 0                     # 0 … run.repeats − 1
+    seed: int = 0
+    loop_s: float = np.nan              # rank 0's wall-clock in the iteration loop (seconds)
+    reached: bool = False               # stopped by run.tolerance: loop_s is the time to target
+
+    @property
+    def time_to_target_s(self) -> float:
+        return self.loop_s if self.reached else np.nan
 
 
 class ShardWatch(Watch):
@@ -408,7 +417,9 @@ class Run:
             floor_ms=1e3 * extra.get("floor_seconds", np.nan), floor_ratio=extra.get("floor_ratio", np.nan),
             floor_collectives=extra.get("floor_collectives", ""),
             floor_kernels_ms=1e3 * extra.get("floor_kernels_seconds", np.nan),
-            floor_ratio_kernels=extra.get("floor_ratio_kernels", np.nan))
+            floor_ratio_kernels=extra.get("floor_ratio_kernels", np.nan), point=self.rp.index, repeat=self.rp.repeat,
+            seed=int(r["seed"]), loop_s=float(clock.totals[PHASES.index("iter")]),
+            reached=outcome.status == "completed" and outcome.reason.startswith("tolerance"))
 
     def estimated_bytes(self) -> int:
         """Upper estimate of this run's share of the results file (checked against free space)."""
@@ -430,7 +441,7 @@ class Run:
         s, r, rc = self.s, self.r, self.rp.cfg
         a = {"config": config.to_toml(rc), "label": rc["label"], "algorithm": r["algorithm"], "compressor": self.comp.spec,
              "compressor_name": self.comp.name, "allocation": r["allocation"], "budget": r["budget"],
-             "budget_applied": self.budget_applied, "seed": r["seed"], "dataset": rc["data"]["dataset"],
+             "budget_applied": self.budget_applied, "seed": r["seed"], "repeat": self.rp.repeat, "dataset": rc["data"]["dataset"],
              "partition": rc["data"]["partition"], "problem": rc["problem"]["kind"],
              "l2": rc["problem"]["l2"], "l1": rc["problem"]["l1"], "d": s.d, "n_workers": s.n_workers,
              "server": r["server"], "collective": r["collective"],

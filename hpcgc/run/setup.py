@@ -31,9 +31,10 @@ PER_ITERATION_LIMIT = 2**30
 # -- planning (identical on every rank, no data needed) -------------------------------------------
 @dataclass
 class RunPlan:
-    index: int
+    index: int              # the grid point (0-based, in the full grid)
     run_id: str
     cfg: dict
+    repeat: int = 0         # 0 … run.repeats − 1 (same seed, same iterates: the machine's spread)
 
 
 def check(cfg: dict, out=None) -> list[str]:
@@ -177,10 +178,23 @@ def _check_writable(out) -> None:
 
 def plan(cfg: dict, out=None) -> list[RunPlan]:
     """Expand the sweep and check every grid point (:func:`check`, no data); every problem at once
-    as one ConfigError of one line per problem."""
+    as one ConfigError of one line per problem.
+
+    With ``run.repeats = R`` > 1 every grid point runs R times, interleaved — p0r0, p1r0, …, p0r1,
+    p1r1, … —, so that a drift of the machine's speed during the experiment touches every point
+    alike instead of one point's repeats; run ids get ``-r<repeat>`` (R = 1: the ids are unchanged)."""
     problems = check(cfg, out)
     if problems:
         raise ConfigError("\n".join(problems))
+    points = _points(cfg)
+    repeats = int(cfg["run"].get("repeats", 1))
+    if repeats == 1:
+        return points
+    return [RunPlan(p.index, f"{p.run_id}-r{k}", p.cfg, k) for k in range(repeats) for p in points]
+
+
+def _points(cfg: dict) -> list[RunPlan]:
+    """One plan per grid point (repeat 0)."""
     runs = []
     for i, rc in enumerate(config.expand(cfg)):
         r = rc["run"]
