@@ -7,7 +7,9 @@ that hold them (searched recursively, e.g. the ``task-<id>.h5`` files of a job a
 PNG and PDF:
 
 - ``convergence[-<panel>]``: f(x)−f* and ‖x−x*‖²/‖x⁰−x*‖² against model bits per worker,
-  iterations and wall-clock; one line per method, geometric mean over seeds with a min–max band;
+  iterations and wall-clock; one line per method, the median over its runs (seeds and/or repeats)
+  with a band of the median's 95 % interval (order statistics, ``hpcgc.analysis.spread``: [min, max]
+  below 6 runs);
 - ``accuracy[-<panel>]``: accuracy against iterations (communication rounds), for classifiers;
 - ``phases``: time per iteration split into grad / compress / wait_up / comm_up / server / wait_down / comm_down / other, per
   method and rank count;
@@ -34,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from . import projection as proj
+from .spread import order_ranks
 from .tables import (  # the report's tables and inputs; re-exported for `report.collect` etc.
     FLOOR,
     METHOD_COLUMNS,
@@ -112,10 +115,12 @@ def _save(fig, out: Path, stem: str, formats, dpi: int = 130) -> list[Path]:
 
 
 def aggregate(curves, log: bool = True, npts: int = 400):
-    """Mean over seeds with min–max band, on a common x grid (the range every seed covers).
+    """Median over runs (seeds and/or repeats) with the band of the median's 95 % interval (order
+    statistics, :func:`hpcgc.analysis.spread.order_ranks`; [min, max] for fewer than 6 runs), on a
+    common x grid (the range every run covers).
 
-    ``curves``: list of (x, y) with x non-decreasing. Geometric mean when ``log``, else arithmetic.
-    Returns (x, mean, lo, hi) or None."""
+    ``curves``: list of (x, y) with x non-decreasing; the median of log y when ``log`` (the same
+    point). Returns (x, median, lo, hi) or None."""
     clean = []
     for x, y in curves:
         x, y = np.asarray(x, float), np.asarray(y, float)
@@ -141,7 +146,9 @@ def aggregate(curves, log: bool = True, npts: int = 400):
     if grid.size > npts:
         grid = np.linspace(lo_x, hi_x, npts)
     Y = np.array([np.interp(grid, x, y) for x, y in clean])
-    mean, lo, hi = Y.mean(axis=0), Y.min(axis=0), Y.max(axis=0)
+    lo_rank, hi_rank, _ = order_ranks(len(Y))
+    Ys = np.sort(Y, axis=0)
+    mean, lo, hi = np.median(Y, axis=0), Ys[lo_rank - 1], Ys[hi_rank - 1]
     if log:
         mean, lo, hi = np.exp(mean), np.exp(lo), np.exp(hi)
     return grid, mean, lo, hi
@@ -153,7 +160,7 @@ def _draw(ax, m: Method, curves, log=True, label=True):
         return
     x, mean, lo, hi = a
     ax.plot(x, mean, color=m.color, linestyle=m.linestyle, lw=1.6,
-            label=(m.label + (f" ({len(curves)} seeds)" if len(curves) > 1 else "")) if label else None)
+            label=(m.label + (f" ({len(curves)} runs)" if len(curves) > 1 else "")) if label else None)
     if len(curves) > 1:
         ax.fill_between(x, lo, hi, color=m.color, alpha=0.18, lw=0)
 
@@ -211,7 +218,7 @@ def fig_convergence(ms, panel, out, formats, eps, metric, logx=False) -> list[Pa
             ax.set_xlabel(xl)
             ax.set_ylabel(Y_LABELS.get(y, y))
             ax.grid(True, which="major", alpha=0.3)
-    fig.suptitle(f"Convergence — {panel_title(panel)}\n(geometric mean over seeds, band: min–max; "
+    fig.suptitle(f"Convergence — {panel_title(panel)}\n(median over runs, band: its 95 % interval, [min, max] below 6 runs; "
                  f"grey dashed: ε = {eps:g})", fontsize=11)
     _bottom_legend(fig, axes[0][0], len(group))
     return _save(fig, out, "convergence" + _suffix(ms, panel), formats)
@@ -292,7 +299,7 @@ def fig_accuracy(ms, panel, out, formats) -> list[Path]:
         ax.set_xlabel("iterations (communication rounds)")
         ax.set_ylabel(lab)
         ax.grid(True, alpha=0.3)
-    fig.suptitle(f"Accuracy — {panel_title(panel)}\n(mean over seeds, band: min–max)", fontsize=11)
+    fig.suptitle(f"Accuracy — {panel_title(panel)}\n(median over runs, band: its 95 % interval, [min, max] below 6 runs)", fontsize=11)
     _bottom_legend(fig, axes[0][0], len(group))
     return _save(fig, out, "accuracy" + _suffix(ms, panel), formats)
 
@@ -484,10 +491,11 @@ figcaption { font-size: 0.85em; color: #555; } code { font-size: 0.9em; }
 
 FIGURE_CAPTIONS = {
     "convergence": "f(x) − f* and ‖x − x*‖²/‖x⁰ − x*‖² against model bits per worker, iterations and "
-                   "wall-clock; colour: compressor, line style: algorithm; band: min–max over seeds.",
+                   "wall-clock; colour: compressor, line style: algorithm; median over runs (seeds and/or repeats), "
+                   "band: the median's 95 % interval (order statistics; [min, max] below 6 runs).",
     "convergence_bits": "The same against model bits per worker alone, sized for one journal column.",
     "convergence_wall": "The same against the wall-clock of the iteration loop, sized for one journal column.",
-    "accuracy": "Accuracy against iterations; mean over seeds, band: min–max.",
+    "accuracy": "Accuracy against iterations; median over runs, band: its 95 % interval ([min, max] below 6 runs).",
     "projection": "Convergence against the wall-clock measured here and projected onto other networks "
                   "(α–β model, docs/projection.md).",
     "phases": "Time per iteration by phase, for rank 0 (0) and the mean worker rank (W); each stack is "

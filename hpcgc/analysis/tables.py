@@ -29,7 +29,7 @@ PHASE_LABELS = {"grad": "gradient", "compress": "compress", "wait_up": "wait bef
                 "wait_down": "wait before downlink (idle)", "comm_down": "comm down (Bcast)",
                 "other": "hpcgc bookkeeping"}
 FINAL_STATUSES = ("completed", "diverged", "overflow", "stopped")
-NOT_METHOD_KEYS = ("name", "run.seed")   # keys that do not make a different method
+NOT_METHOD_KEYS = ("name", "run.seed", "run.repeats")   # keys that do not make a different method
 
 
 class AnalysisError(Exception):
@@ -146,7 +146,7 @@ def collect(paths, strict: bool = False) -> Collection:
             if r.attrs.get("compressor"):
                 flat["run.compressor"] = r.attrs["compressor"]
             info = RunInfo(r, f, res.complete, truncated, ranks, flat)
-            dup_key = (json.dumps(flat, sort_keys=True, default=str), ranks)
+            dup_key = (json.dumps(flat, sort_keys=True, default=str), ranks, int(r.attrs.get("repeat", 0)))
             if dup_key in seen:
                 other = seen[dup_key]
                 better = (not info.truncated, info.file_complete) > (not other.truncated, other.file_complete)
@@ -286,8 +286,8 @@ def run_metrics(ri: RunInfo, eps: float, metric: str, summary=None) -> dict:
         "file": str(ri.path), "run_id": r.run_id, "method": ri.method.label if ri.method else "",
         "algorithm": ri.flat.get("run.algorithm", r.attrs.get("algorithm", "")),
         "compressor": ri.flat.get("run.compressor", r.attrs.get("compressor", "")),
-        "seed": r.attrs.get("seed", ri.flat.get("run.seed", "")), "ranks": ri.ranks,
-        "status": ri.status, "stop_reason": r.attrs.get("stop_reason", ""),
+        "seed": r.attrs.get("seed", ri.flat.get("run.seed", "")), "repeat": int(r.attrs.get("repeat", 0)),
+        "ranks": ri.ranks, "status": ri.status, "stop_reason": r.attrs.get("stop_reason", ""),
         "iterations": int(it[-1]),
         "final_suboptimality": last_finite(_col(r, "suboptimality")),
         "final_dist_to_opt": last_finite(_col(r, "dist_to_opt")),
@@ -307,7 +307,8 @@ def run_metrics(ri: RunInfo, eps: float, metric: str, summary=None) -> dict:
     return row
 
 
-RUN_COLUMNS = ("file", "run_id", "method", "algorithm", "compressor", "seed", "ranks", "status", "stop_reason",
+RUN_COLUMNS = ("file", "run_id", "method", "algorithm", "compressor", "seed", "repeat", "ranks", "status",
+               "stop_reason",
                "iterations", "final_suboptimality", "final_dist_to_opt", "final_accuracy",
                "model_bits_per_worker", "wire_bytes_up", "time_s", "bits_to_eps", "iterations_to_eps",
                "time_to_eps_s")
@@ -316,6 +317,11 @@ METHOD_COLUMNS = ("method", "ranks", "seeds", "status", "final_suboptimality", "
                   "final_accuracy", "iterations", "model_bits_per_worker", "wire_bytes_up", "time_s",
                   "reached", "bits_to_eps", "iterations_to_eps", "time_to_eps_s",
                   "bits_ratio", "iterations_ratio", "time_ratio")
+# the spread over a method's runs (repeats and/or seeds): median and 95 % interval (hpcgc.analysis.spread)
+SPREAD_MEASURES = ("time_to_eps_s", "ms_per_iteration", "iterations_to_eps")
+SPREAD_COLUMNS = ("spread_over", "runs", *(f"{m}_{c}" for m in SPREAD_MEASURES for c in ("median", "lo", "hi")),
+                  "interval", "time_to_eps_vs_baseline")
+METHOD_COLUMNS += SPREAD_COLUMNS
 
 
 def _geomean(v) -> float:
@@ -355,6 +361,7 @@ def method_rows(ms, per_run: dict, baseline: dict) -> list[dict]:
             "iterations_to_eps": _mean_if_all(col["iterations_to_eps"]),
             "time_to_eps_s": _mean_if_all(col["time_to_eps_s"]),
         }
+        row.update(spread_columns(col))
         rows.append(row)
     by_label = {(m.panel, m.label): row for m, row in zip(ms, rows)}
     for m, row in zip(ms, rows):
@@ -363,7 +370,42 @@ def method_rows(ms, per_run: dict, baseline: dict) -> list[dict]:
         for k, r in (("bits_to_eps", "bits_ratio"), ("iterations_to_eps", "iterations_ratio"),
                      ("time_to_eps_s", "time_ratio")):
             row[r] = (row[k] / base[k]) if base and base[k] and np.isfinite(base[k]) else float("nan")
+        row["time_to_eps_vs_baseline"] = compare_to_baseline(row, base)
     return rows
+
+
+def spread_columns(col: dict) -> dict:
+    """The method's spread columns (:data:`SPREAD_COLUMNS`) from its runs' rows (``col``: column → list)."""
+    from .spread import describe, spread
+    reps, seeds = len(set(col.get("repeat", [0]))), len(set(col.get("seed", [0])))
+    out = {"spread_over": ("repeats x seeds" if reps > 1 and seeds > 1 else "seeds" if seeds > 1 else
+                           "repeats" if reps > 1 else "one run"), "runs": len(col["time_s"])}
+    ms = [1e3 * t / k if k else float("nan") for t, k in zip(col["time_s"], col["iterations"])]
+    for m, values in (("time_to_eps_s", col["time_to_eps_s"]), ("ms_per_iteration", ms),
+                      ("iterations_to_eps", col["iterations_to_eps"])):
+        s = spread(values)
+        out.update({f"{m}_median": s.median, f"{m}_lo": s.lo, f"{m}_hi": s.hi})
+    out["interval"] = describe(len(col["time_s"]))
+    return out
+
+
+def compare_to_baseline(row: dict, base: dict | None) -> str:
+    """'faster' / 'slower' when the method's and the baseline's 95 % intervals of the time to ε do
+    not overlap (measurably different: hpcgc.analysis.spread.separated), 'not measurably different'
+    when they do, '' without a baseline or interval."""
+    from .spread import Spread, separated
+    if base is None or base is row:
+        return ""
+
+    def sp(r):
+        return Spread(r["time_to_eps_s_median"], r["time_to_eps_s_lo"], r["time_to_eps_s_hi"],
+                      r["runs"] if np.isfinite(r["time_to_eps_s_lo"]) else 0, float("nan"))
+    a, b = sp(row), sp(base)
+    if a.n < 2 or b.n < 2:
+        return ""
+    if not separated(a, b):
+        return "not measurably different"
+    return "faster" if a.hi < b.lo else "slower"
 
 
 def choose_baseline(ms, spec: str | None, reached=None) -> dict:
