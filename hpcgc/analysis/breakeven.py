@@ -400,6 +400,17 @@ def latency_from_collectives(path, require_alpha: bool = True) -> Latency:
 COLUMNS = ("panel", "method", "collective", "ranks", "reached", "iterations_to_target", "compute_ms_per_iter",
            "up_bytes_per_worker_iter", "down_bytes_per_iter", "break_even_run_n", "break_even_gbps_run_n",
            "break_even_n128", "break_even_gbps_n128", "time_s_at_1Gbps", "time_s_at_100Gbps")
+SPREAD_COLUMNS = ("spread_over", "runs", "iterations_to_target_median", "iterations_to_target_lo",
+                  "iterations_to_target_hi", "compute_ms_per_iter_median", "compute_ms_per_iter_lo",
+                  "compute_ms_per_iter_hi", "break_even_run_n_interval", "break_even_gbps_run_n_lo",
+                  "break_even_gbps_run_n_hi", "time_s_at_1Gbps_lo", "time_s_at_1Gbps_hi", "time_s_at_100Gbps_lo",
+                  "time_s_at_100Gbps_hi", "measurably_faster_at_1Gbps", "measurably_faster_at_100Gbps", "interval")
+"""The spread over each method's runs (repeats and/or seeds; :func:`spread_row`)."""
+SPREAD_MD_COLUMNS = ("method", "spread_over", "runs", "iterations_to_target_median", "iterations_to_target_lo",
+                     "iterations_to_target_hi", "compute_ms_per_iter_median", "compute_ms_per_iter_lo",
+                     "compute_ms_per_iter_hi", "break_even_run_n_interval", "measurably_faster_at_1Gbps",
+                     "measurably_faster_at_100Gbps")
+COLUMNS += SPREAD_COLUMNS
 MD_COLUMNS = ("method", "collective", "ranks", "iterations_to_target", "compute_ms_per_iter",
               "up_bytes_per_worker_iter", "break_even_run_n", "break_even_n128", "time_s_at_1Gbps",
               "time_s_at_100Gbps")
@@ -479,12 +490,107 @@ def build(results, latency: Latency, gbps, n_max: int = 1024, eps=None, metric=N
                 "break_even_run_n": be_run.text(gbps[0], gbps[-1]), "break_even_gbps_run_n": be_run.gbps,
                 "break_even_n128": be_128.text(gbps[0], gbps[-1]), "break_even_gbps_n128": be_128.gbps,
                 "time_s_at_1Gbps": t1, "time_s_at_100Gbps": t100})
+            rep.rows[-1].update(spread_row(m, base, target, latency, gamma))
             for n in ns:
                 be = method_break_even(m, base, n, latency.alpha, gamma)
                 rep.n_rows.append({"panel": title, "method": m.label, "collective": m.collective, "n": n,
                                    "break_even": be.kind, "break_even_gbps": be.gbps})
         rep.ns = ns
     return rep
+
+
+# -- the spread over a method's runs ----------------------------------------------------------------
+@dataclass
+class Corners:
+    """A method's model at the ends of its inputs' 95 % intervals (:mod:`hpcgc.analysis.spread`):
+    ``fast`` with the lower ends of iterations to target and of compute per iteration, ``slow``
+    with the upper ends (message sizes do not vary between repeats; between seeds their mean is
+    used). The modelled time is increasing in both, so [fast, slow] bounds it."""
+    fast: MethodModel
+    slow: MethodModel
+    iterations: object                 # Spread of the runs' iterations to target
+    compute: object                    # Spread of the runs' compute per iteration (seconds, at the run's n)
+    over: str                          # what the runs differ in: repeats, seeds, repeats x seeds, one run
+
+
+def corners(m: MethodModel, target: Target) -> Corners:
+    from dataclasses import replace
+
+    from .spread import spread
+    per = [measure_run(ri, target) for ri in m.runs]
+    its = spread([p["iterations"] for p in per])
+    comp = spread([p["workers"] + p["server"] + p["idle"] + p["other"] for p in per])
+    mean_c = m.workers + m.server + m.idle + m.other
+    reached = math.isfinite(m.iterations)
+
+    def at(it, c):
+        f = c / mean_c if mean_c > 0 and math.isfinite(c) else 1.0
+        return replace(m, iterations=it if reached else float("nan"), workers=m.workers * f, server=m.server * f,
+                       idle=m.idle * f, other=m.other * f)
+    reps = len({int(ri.run.attrs.get("repeat", 0)) for ri in m.runs})
+    seeds = len({ri.run.attrs.get("seed") for ri in m.runs})
+    over = ("repeats x seeds" if reps > 1 and seeds > 1 else "seeds" if seeds > 1 else
+            "repeats" if reps > 1 else "one run")
+    return Corners(at(its.lo, comp.lo), at(its.hi, comp.hi), its, comp, over)
+
+
+def break_even_interval(cm: Corners, cb: Corners, n: int, alpha: float, gamma: float = 0.0) -> tuple:
+    """(lo, hi, text): the break-even bandwidth's interval from the intervals of the inputs — the
+    method at its fast end against the baseline at its slow end, and the other way round."""
+    a = method_break_even(cm.fast, cb.slow, n, alpha, gamma)
+    b = method_break_even(cm.slow, cb.fast, n, alpha, gamma)
+    vals = [v for v in (a.gbps, b.gbps) if math.isfinite(v)]
+    lo, hi = (min(vals), max(vals)) if vals else (float("nan"), float("nan"))
+    if a.kind == b.kind and a.kind in ("below", "above"):
+        text = f"{a.kind} {lo:.3g}–{hi:.3g} Gb/s"
+    elif a.kind == b.kind:
+        text = a.text()
+    else:
+        text = f"{b.text()} … {a.text()}"
+    return lo, hi, text
+
+
+def measurably_faster(cm: Corners, cb: Corners, n: int, alpha: float, beta: float, gamma: float = 0.0) -> str:
+    """At inverse bandwidth ``beta``: 'faster' / 'slower' when the method's modelled time-to-target
+    interval and the baseline's do not overlap (hpcgc.analysis.spread.separated), 'not measurably
+    different' when they do; 'one run: no interval' when either has fewer than two runs."""
+    if not (math.isfinite(cm.fast.iterations) and math.isfinite(cb.fast.iterations)):
+        return "target not reached"
+    if cm.iterations.n < 2 or cb.iterations.n < 2:
+        return "one run: no interval"
+    m_lo, m_hi = (float(c.time(n, alpha, beta, gamma)) for c in (cm.fast, cm.slow))
+    b_lo, b_hi = (float(c.time(n, alpha, beta, gamma)) for c in (cb.fast, cb.slow))
+    if not all(math.isfinite(v) for v in (m_lo, m_hi, b_lo, b_hi)):
+        return ""
+    return "faster" if m_hi < b_lo else "slower" if m_lo > b_hi else "not measurably different"
+
+
+def spread_row(m: MethodModel, base: MethodModel, target: Target, latency: Latency, gamma: float = 0.0) -> dict:
+    """The method's :data:`SPREAD_COLUMNS` against the panel's baseline."""
+    from .spread import describe
+    cm, cb = corners(m, target), corners(base, target)
+    lo, hi, text = break_even_interval(cm, cb, m.ranks, latency.alpha, gamma) if m is not base else (
+        float("nan"), float("nan"), "baseline")
+    row = {"spread_over": cm.over, "runs": len(m.runs),
+           "iterations_to_target_median": cm.iterations.median, "iterations_to_target_lo": cm.iterations.lo,
+           "iterations_to_target_hi": cm.iterations.hi, "compute_ms_per_iter_median": 1e3 * cm.compute.median,
+           "compute_ms_per_iter_lo": 1e3 * cm.compute.lo, "compute_ms_per_iter_hi": 1e3 * cm.compute.hi,
+           "break_even_run_n_interval": text, "break_even_gbps_run_n_lo": lo, "break_even_gbps_run_n_hi": hi,
+           "interval": describe(len(m.runs))}
+    for g in (1, 100):
+        beta = float(gbps_to_beta(g))
+        row[f"time_s_at_{g}Gbps_lo"] = float(cm.fast.time(m.ranks, latency.alpha, beta, gamma))
+        row[f"time_s_at_{g}Gbps_hi"] = float(cm.slow.time(m.ranks, latency.alpha, beta, gamma))
+        row[f"measurably_faster_at_{g}Gbps"] = ("baseline" if m is base else
+                                                measurably_faster(cm, cb, m.ranks, latency.alpha, beta, gamma))
+    return row
+
+
+def spread_markdown(rep: Report) -> str:
+    head = ("Spread over each method's runs (repeats and/or seeds): median and 95 % interval (order statistics "
+            "of the median; [min, max] below 6 runs, with its actual coverage); measurably faster = the modelled "
+            "time-to-target intervals of the method and the baseline do not overlap")
+    return tables.markdown_table(rep.rows, SPREAD_MD_COLUMNS, title=head)
 
 
 # -- the model checked against measured runs --------------------------------------------------------
@@ -801,6 +907,11 @@ def build_parser():
                "row at the target, evaluation excluded), measured/predicted, OFF where off by > 25 %.\n\n"
                "assumed: iterations to target do not change with n; compute per worker does not change with n\n"
                "(the server's decoding grows ∝ n under gather and allgather); no contention, no overlap.\n\n"
+               "spread: over each method's runs (run.repeats and/or seeds), the median and 95 % interval\n"
+               "(order statistics of the median; [min, max] below 6 runs) of iterations to target and compute\n"
+               "per iteration; the break-even bandwidth's interval and the modelled time's come from those\n"
+               "(method fast vs baseline slow and the reverse); 'measurably faster' = the intervals do not\n"
+               "overlap (second table of breakeven.md, columns *_lo/*_hi/*_interval of breakeven.csv).\n\n"
                "example:\n"
                "  mpiexec -n 4 hpcgc collectives --max-size 64M -o coll.h5\n"
                "  hpcgc breakeven results/does-it-pay.h5 --collectives coll.h5 -o breakeven/\n\n"
@@ -850,7 +961,7 @@ def main(argv=None) -> int:
         return 2
     for note in rep.notes:
         print(f"# {note}" if note.startswith("warning") else f"# note: {note}", file=sys.stderr)
-    md = markdown(rep)
+    md = markdown(rep) + "\n\n" + spread_markdown(rep)
     checked = []
     if latency.per_op or math.isfinite(latency.machine_gbps):      # β known: a collectives file was given
         checked = check(rep.models, rep.target, latency, rep.gamma)
