@@ -381,7 +381,7 @@ def main(argv) -> int:
     """Every rank: validate, check memory collectively, sweep; rank 0 prints and writes the file."""
     import datetime
 
-    from . import provenance
+    from . import machine, provenance
     from .results import write_collectives
     from .transport import CollectiveTimer, Transport
 
@@ -393,8 +393,14 @@ def main(argv) -> int:
     attrs = provenance.collect(t, ["collectives", *argv])
     say = (lambda *a: (print(*a), sys.stdout.flush())) if t.is_root else (lambda *a: None)
     print_header(say, attrs, args, t.size, reduced)
-    tables = measure_all(CollectiveTimer(t), args, say)
+    probe = machine.Probe(t)                # the machine's load and CPU around the sweep (collective)
     if t.is_root:
-        path = write_collectives(args.out_path, {**attrs, **options_attrs(args)}, tables)
+        say(machine.describe(probe.start))
+    tables = measure_all(CollectiveTimer(t), args, say)
+    noise, warnings = probe.finish()
+    for w in warnings:
+        say(w)
+    if t.is_root:
+        path = write_collectives(args.out_path, {**attrs, **options_attrs(args), **noise}, tables)
         say(f"\n# results: {path}")
     return 0

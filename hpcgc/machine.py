@@ -175,15 +175,20 @@ class Probe:
     transport). :meth:`finish` returns the attributes to record (``machine_start_*``,
     ``machine_end_*``, ``noise_*``) and the warnings (rank 0; elsewhere empty)."""
 
-    def __init__(self, transport):
-        self.t = transport
+    def __init__(self, transport=None):
+        self.t = transport                 # None: this process alone (no MPI: ``hpcgc micro``)
+        self.root = transport is None or transport.is_root
         self.cpu0 = own_cpu_seconds()
-        self.start = snapshot() if transport.is_root else None
+        self.start = snapshot() if self.root else None
 
     def finish(self) -> tuple[dict, list[str]]:
-        from .transport import processor_name
-        rows = self.t.gather_object((processor_name(), own_cpu_seconds() - self.cpu0))
-        if not self.t.is_root:
+        mine = own_cpu_seconds() - self.cpu0
+        if self.t is None:
+            rows = [("", mine)]
+        else:
+            from .transport import processor_name
+            rows = self.t.gather_object((processor_name(), mine))
+        if not self.root:
             return {}, []
         end = snapshot()
         here = [cpu for host, cpu in rows if host == rows[0][0]]

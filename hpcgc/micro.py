@@ -359,6 +359,8 @@ def main(argv) -> int:
         for d in sizes:
             compressors.make(expand_spec(spec, d)).validate(d)
 
+    from . import machine
+    probe = machine.Probe()                 # the machine's load and CPU around the measurements
     now = datetime.datetime.now(datetime.timezone.utc)
     commit = _git("rev-parse", "HEAD")
     attrs = {
@@ -377,6 +379,7 @@ def main(argv) -> int:
           f"numpy {np.__version__}  python {platform.python_version()}")
     print(f"# {attrs['created']}  {attrs['machine']}  NUMBA_NUM_THREADS={attrs['numba_num_threads']}")
     print(f"# {attrs['command_line']}")
+    print(machine.describe(probe.start))
     print(f"# input: float32 standard normal (seed {args.seed}); time = median of <= {args.repeat} runs "
           f"after {args.warmup} warm-up run(s), <= {args.budget:g} s per measurement")
     print("# GB/s = input bytes (4 d) per second; Me/s = 1e6 entries per second; copy = np.copyto of the "
@@ -427,6 +430,10 @@ def main(argv) -> int:
             sys.stdout.flush()
         results.append((spec, rows, meta))
     print(f"\n# total {time.perf_counter() - t_start:.1f} s")
+    noise, warnings = probe.finish()
+    attrs.update(noise)
+    for w in warnings:
+        print(w)
     if not args.no_save:
         stamp = now.strftime("%Y%m%dT%H%M%SZ")
         path = write_h5(Path(args.out) if args.out else Path("results") / f"micro-{stamp}.h5",
