@@ -155,6 +155,9 @@ BAD = [
      "problem.depth: must be > 0, got 0"),
     (["--set", "problem.kind=mlp", "--set", "problem.hidden=100000", "--set", "problem.depth=2", "--set",
       "run.learning_rate=0.1"], "problem.hidden = 100000 with problem.depth = 2 gives more than 1e+10 parameters"),
+    (["--set", "run.repeats=0"], "run.repeats: must be between 1 and 100, got 0"),
+    (["--set", "run.repeats=1000"], "run.repeats: must be between 1 and 100, got 1000"),
+    (["--set", "sweep.run.repeats=[1, 3]"], "cannot set run.repeats: it applies to the whole experiment"),
 ]
 
 
