@@ -76,6 +76,11 @@ examples:
   mpirun -n 4 python -m hpcgc.bench --config jobs/experiments/diana-vs-dcgd-a9a.toml -o results/a9a.h5
   python -m hpcgc.bench validate --config jobs/experiments/diana-vs-dcgd-a9a.toml
 
+spread and noise: with run.repeats = R (or several seeds) the summary ends with a table of the median
+and 95 % interval (order statistics of the median) over the runs of each configuration; every results
+file records the machine's load, CPU model and frequency at start and end and the other processes'
+CPU share, and the output ends with "WARNING: the machine was busy: ..." when it was (docs/results.md).
+
 exit status: 0 success; 2 invalid input (config, data), reported as one line on rank 0;
 1 internal error (traceback on the failing rank, all ranks aborted).
 Docs: README.md, docs/ (results schema, methods, data, compressors)."""

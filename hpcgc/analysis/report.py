@@ -647,7 +647,12 @@ def build_parser():
         prog="hpcgc report",
         description="Figures and tables from hpcgc results files (docs/analysis.md).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  hpcgc report results/default-20261122T054155Z.h5 -o report/\n"
+        epilog="spread: a method's runs are its seeds and its repeats (run.repeats); the method table gives the\n"
+               "median and 95 % interval of time to ε, ms per iteration and iterations to ε over them\n"
+               "(order statistics of the median; [min, max] below 6 runs, with its actual coverage), says over\n"
+               "what (spread_over), and compares with the baseline by non-overlapping intervals\n"
+               "(time_to_eps_vs_baseline); convergence figures draw the median with that interval as band.\n\n"
+               "examples:\n  hpcgc report results/default-20261122T054155Z.h5 -o report/\n"
                "  hpcgc report results/diana-vs-dcgd-a9a/ -o report/a9a --baseline dcgd:qsgd:s=4")
     p.add_argument("results", nargs="+", help="results files (.h5, .h5.partial) and/or directories of them")
     p.add_argument("-o", "--out", required=True, metavar="OUTDIR", help="output directory (created)")
