@@ -327,9 +327,10 @@ def cmd_run(args, argv, validate_only=False) -> int:
     runs = prepare(cfg, t, select=args.grid_index)
     if validate_only:
         say(f"experiment {cfg['name']!r}: {len(runs)} run(s) valid for {t.size} rank(s)")
-        say(f"grid points: {len(config.expand(cfg))}; repeats: {cfg['run']['repeats']} of each (same seed; "
-            "order p0r0, p1r0, ..., p0r1, ...)" if cfg["run"]["repeats"] > 1 else
-            f"grid points: {len(config.expand(cfg))}")
+        say(f"grid points: {len(config.expand(cfg))}")      # jobs/submit.sh reads this line as it is
+        if cfg["run"]["repeats"] > 1:
+            say(f"repeats: {cfg['run']['repeats']} of each grid point (same seed; run order p0r0, p1r0, ..., "
+                "p0r1, ...; --grid-index selects grid points, each with all its repeats)")
         for r in runs:
             rc = r.rp.cfg
             params = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"

@@ -148,6 +148,7 @@ def test_validate_prints_the_repeats():
     p = run_mpi(2, ["-m", "hpcgc.bench", "validate", "--set", "run.repeats=2",
                     "--set", 'sweep.run.algorithm=["diana"]'], timeout=300)
     assert p.returncode == 0, show(p)
-    assert "6 run(s) valid" in p.stdout and "repeats: 2 of each" in p.stdout, show(p)
+    assert "6 run(s) valid" in p.stdout and "\nrepeats: 2 of each grid point" in p.stdout
+    assert "\ngrid points: 3\n" in p.stdout, show(p)
     lines = [ln.split(":")[0].strip() for ln in p.stdout.splitlines() if ln.startswith("  0")]
     assert lines[0].endswith("-r0 (repeat 0)") and lines[3].endswith("-r1 (repeat 1)"), lines
