@@ -152,3 +152,30 @@ def test_validate_prints_the_repeats():
     assert "\ngrid points: 3\n" in p.stdout, show(p)
     lines = [ln.split(":")[0].strip() for ln in p.stdout.splitlines() if ln.startswith("  0")]
     assert lines[0].endswith("-r0 (repeat 0)") and lines[3].endswith("-r1 (repeat 1)"), lines
+
+
+def test_break_even_interval_and_measurably_faster_from_input_intervals():
+    """The break-even bandwidth's interval comes from the ends of the inputs' intervals (method fast vs
+    baseline slow and the reverse); 'measurably faster' = non-overlapping modelled time intervals."""
+    from dataclasses import replace
+
+    from hpcgc.analysis import breakeven as be
+    base = be.MethodModel("allreduce", ("p",), 4, "allreduce", iterations=100, reached="3/3", workers=1e-3,
+                          server=0.0, up_bytes=8e6, baseline=True)
+    m = be.MethodModel("gather", ("p",), 4, "gather", iterations=120, reached="3/3", workers=2e-3,
+                       server=0.0, up_bytes=8e4)
+
+    def corners(mm, f):            # iterations and compute spread ±f around the model's values
+        it = sp.spread([mm.iterations * (1 - f), mm.iterations, mm.iterations * (1 + f)])
+        c = sp.spread([1 - f, 1.0, 1 + f])
+        return be.Corners(replace(mm, iterations=it.lo, workers=mm.workers * c.lo),
+                          replace(mm, iterations=it.hi, workers=mm.workers * c.hi), it, c, "repeats")
+    cm, cb = corners(m, 0.05), corners(base, 0.05)
+    mid = be.method_break_even(m, base, 4, 1e-6)
+    lo, hi, text = be.break_even_interval(cm, cb, 4, 1e-6)
+    assert mid.kind == "below" and lo < mid.gbps < hi and text.startswith("below ") and "–" in text
+    slow_net, fast_net = float(be.gbps_to_beta(0.1)), float(be.gbps_to_beta(400))
+    assert be.measurably_faster(cm, cb, 4, 1e-6, slow_net) == "faster"       # 100x fewer bytes on a slow link
+    assert be.measurably_faster(cm, cb, 4, 1e-6, fast_net) == "slower"       # more iterations, more compute
+    wide_m, wide_b = corners(m, 0.4), corners(base, 0.4)
+    assert be.measurably_faster(wide_m, wide_b, 4, 1e-6, fast_net) == "not measurably different"

@@ -834,6 +834,7 @@ def figures(rep: Report, out: Path) -> list[Path]:
                     ax.plot(rep.gbps, t, color="black", lw=2.6, ls="--", label=f"{m.label} (baseline)", zorder=5)
                 else:
                     ax.plot(rep.gbps, t, lw=1.6, label=m.label)
+                band(ax, m, rep, n, beta, "black" if m is base else ax.lines[-1].get_color())
             if math.isfinite(rep.latency.machine_gbps) and rep.gbps[0] <= rep.latency.machine_gbps <= rep.gbps[-1]:
                 ax.axvline(rep.latency.machine_gbps, color="grey", lw=0.8, ls=":")
                 ax.text(rep.latency.machine_gbps, 0.98, " this machine (collectives file)", rotation=90, va="top",
@@ -876,6 +877,16 @@ def figures(rep: Report, out: Path) -> list[Path]:
         plt.close(fig)
         written.append(p)
     return written
+
+
+def band(ax, m: MethodModel, rep: Report, n: int, beta, color) -> None:
+    """The modelled time's band from the spread of the method's runs (:func:`corners`), when it has several."""
+    if len(m.runs) < 2:
+        return
+    c = corners(m, rep.target)
+    lo, hi = (c.fast.time(n, rep.latency.alpha, beta, rep.gamma), c.slow.time(n, rep.latency.alpha, beta, rep.gamma))
+    if np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)):
+        ax.fill_between(rep.gbps, lo, hi, color=color, alpha=0.15, lw=0)
 
 
 def markdown(rep: Report) -> str:
