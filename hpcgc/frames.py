@@ -256,11 +256,12 @@ def spread_frame(runs, eps: float | None = None, metric: str = "suboptimality", 
 
 
 def _config_key(run) -> str:
-    """The run's resolved configuration without its seed (and file): runs with equal keys differ
-    only in seed and repeat."""
+    """The run's resolved configuration without its seed, ``run.repeats`` and the experiment's name:
+    runs with equal keys differ only in seed and repeat (and may come from different files)."""
     import json
-    cfg = {k: (dict(v) if isinstance(v, dict) else v) for k, v in run.config.items()}
+    cfg = {k: (dict(v) if isinstance(v, dict) else v) for k, v in run.config.items() if k != "name"}
     cfg.get("run", {}).pop("seed", None)
+    cfg.get("run", {}).pop("repeats", None)
     ident = {c: run_columns(run)[c] for c in ("algorithm", "compressor", "collective", "allocation", "dataset",
                                              "partition", "problem", "ranks", "server", "label")}
     return json.dumps([cfg, ident], sort_keys=True, default=str)
