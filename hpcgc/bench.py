@@ -356,8 +356,9 @@ def cmd_run(args, argv, validate_only=False) -> int:
         if args.command == "floor":
             from .floor import table
             say(table(summaries))
-        for w in getattr(summaries, "warnings", []):
-            say(w)
+        warnings = getattr(summaries, "warnings", [])
+        if warnings:                      # after a blank line: the tables above end there for a parser
+            say("\n" + "\n".join(warnings))
         say(f"# results: {path}")
     return 0
 
