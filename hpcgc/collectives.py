@@ -84,7 +84,7 @@ def format_bytes(n: float) -> str:
 
 def item_bytes(kind: str, fp64: bool = False) -> int:
     """Element size of ``kind``'s buffer: a message of s bytes is s / item elements."""
-    return {"gather": 1, "allgather": 1, "bcast": 8, "allreduce": 8 if fp64 else 4}[kind]
+    return {"gather": 1, "allgather": 1, "alltoall": 1, "bcast": 8, "allreduce": 8 if fp64 else 4}[kind]
 
 
 def sizes_for(kind: str, sizes: list[int], fp64: bool = False) -> list[int]:
@@ -100,7 +100,7 @@ def buffer_bytes(kind: str, size: int, n: int, root: bool) -> int:
         return size * (n + 1) if root else size
     if kind == "allgather":
         return size * (n + 1)
-    if kind == "allreduce":
+    if kind in ("allreduce", "alltoall"):
         return 2 * size
     return size
 
@@ -214,7 +214,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .transport import COLLECTIVES
+    from .transport import COLLECTIVES, MORE_COLLECTIVES
     p = _Parser(
         prog="python -m hpcgc.bench collectives",
         description="OSU-style latency/bandwidth sweep of exactly the MPI collectives hpcgc runs issue, at "
@@ -224,8 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
                "relative error over all sizes of t(s) = alpha + beta*s. Docs: docs/collectives.md.\n"
                "example: mpiexec -n 4 python -m hpcgc.bench collectives --max-size 64M",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--collectives", "-c", nargs="+", choices=COLLECTIVES, default=list(COLLECTIVES),
-                   metavar="NAME", help=f"which ({' '.join(COLLECTIVES)}; default all)")
+    p.add_argument("--collectives", "-c", nargs="+", choices=COLLECTIVES + MORE_COLLECTIVES,
+                   default=list(COLLECTIVES), metavar="NAME",
+                   help=f"which ({' '.join(COLLECTIVES + MORE_COLLECTIVES)}; default {' '.join(COLLECTIVES)}; "
+                        "alltoall = Alltoall of the lengths + Alltoallv, reduce-scatter's first stage)")
     p.add_argument("--min-size", default=str(DEFAULT_MIN), metavar="BYTES",
                    help="smallest message per rank, bytes; suffixes K M G = 2^10 2^20 2^30 (default 4)")
     p.add_argument("--max-size", default=None, metavar="BYTES",

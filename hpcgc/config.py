@@ -128,8 +128,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "max_seconds": Key(_NUM, 0.0, "stop a run after this many seconds of wall time (0 = no limit)", check=(_nonneg, ">= 0")),
         "collective": Key(str, "gather", "how messages travel: 'gather' (parameter server: Gatherv to rank 0, "
                           "Bcast of the iterate), 'allreduce' (summable messages: identity, identity:fp16, "
-                          "identity:bf16, int8, randk shared_seed, powersgd; no server), 'allgather' (every rank decodes every payload; no server)",
-                          choices=("gather", "allreduce", "allgather")),
+                          "identity:bf16, int8, randk shared_seed, powersgd; no server), 'allgather' (every rank "
+                          "decodes every payload; no server), "
+                          "'reduce-scatter' (compressed Allreduce: Alltoallv of compressed segments, decode and "
+                          "sum, re-compress, Allgatherv; no server; segment-wise compressors)",
+                          choices=("gather", "allreduce", "allgather", "reduce-scatter")),
         "downlink": Key(str, "dense", "the server's broadcast: 'dense' (the float64 iterate) or a compressor spec "
                         "(EF21-P: C(x − w) is sent, workers evaluate at w; gather with dcgd, diana)"),
         "checkpoint_every": Key((int, str), "600s", "save the run's whole state every this many iterations, or "

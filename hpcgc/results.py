@@ -8,7 +8,7 @@ Layout (schema version 1; `docs/results.md` is the reference):
     /runs/<run_id>/  attrs: config (resolved TOML), algorithm, compressor, allocation, gamma, alpha, beta,
                             seed, repeat, dataset, d, n_workers, f_star, status, stop_reason, ...
       iteration, loss, suboptimality, dist_to_opt, grad_norm_sq, accuracy        (T,)
-      bits_up_model, bits_up_wire                                                 (T, n)
+      bits_up_model, bits_up_wire, bits_received_wire                             (T, n)
       bits_down_wire, bits_down_model                                             (T,)
       time/<phase>                                                                (T, world_size)
       mpi_bytes/<collective>                                                      (T, world_size)
@@ -44,11 +44,14 @@ CHECKPOINT_SUFFIX = ".checkpoint"     # a directory beside the results file: one
 
 SCALAR_SERIES = ("iteration", "loss", "suboptimality", "dist_to_opt", "grad_norm_sq", "accuracy", "train_accuracy",
                  "test_loss", "bits_down_wire", "bits_down_model", "grad_evals")
-WORKER_SERIES = ("bits_up_model", "bits_up_wire")
+WORKER_SERIES = ("bits_up_model", "bits_up_wire", "bits_received_wire")
+"""Per-worker cumulative series; ``bits_received_wire`` (bytes MPI delivered into the worker's
+receive buffers from other ranks, ×8) is absent from files written before it existed."""
 PHASES = ("grad", "compress", "wait_up", "comm_up", "server", "wait_down", "comm_down", "other", "iter")
 """= transport.PHASES; files written before ``wait_up``, ``wait_down`` and ``other`` existed lack them
 (their ``comm_*`` include the waiting, their ``iter`` is the sum of the five others)."""
-LEDGER = ("Gather", "Gatherv", "Bcast", "Allgather", "Allgatherv", "Allreduce")   # = transport.LEDGER
+LEDGER = ("Gather", "Gatherv", "Bcast", "Allgather", "Allgatherv", "Allreduce", "Alltoall", "Alltoallv")
+"""= transport.LEDGER; files written before Alltoall/Alltoallv were appended lack those two."""
 
 
 def refuse_existing(path) -> None:

@@ -12,11 +12,17 @@ The collectives a run uses (``run.collective``, :mod:`hpcgc.exchange`) are, per 
   the 16-bit casts sum in their own type — float16 as ``MPI_FLOAT16_T`` (MPICH reduces it natively),
   bfloat16 with a user-defined SUM on 16-bit words (``MPI.BFLOAT16_T`` is the null datatype in
   MPICH 5.0.2: :func:`reduction`) — and ``int8`` sends one float32 MAX and an ``MPI_INT8_T`` SUM.
+* ``reduce-scatter``: ``Alltoall`` of the per-destination payload lengths and ``Alltoallv`` of the
+  compressed segments (``uint8``), then ``Allgather`` of the reduced segment's length and
+  ``Allgatherv`` of the compressed reduced segments.
 
 Only buffer (upper-case) mpi4py methods are used on these hot paths; pickling methods appear only
 in set-up and tear-down helpers. The transport keeps a *sender-side* ledger, per collective, of
 every byte this rank handed to MPI (``ledger``), so the bit counts in the results file can be
-checked against what really went through the network rather than against a formula.
+checked against what really went through the network rather than against a formula, and a
+*receiver-side* ledger (``received``) of the bytes MPI delivered into this rank's receive buffers
+from *other* ranks (a rank's own contribution to a Gatherv/Allgatherv/Alltoallv is not counted;
+an Allreduce counts its result vector, a Bcast counts at the non-root ranks).
 
 Also here: per-rank phase timers on ``MPI.Wtime``, the error agreement that lets every rank
 exit cleanly (non-zero, no hang) when any rank hits a user error during set-up, and the timed
@@ -44,8 +50,9 @@ before an Allreduce round; 0 with ``run.wait_phases = false``), the transfers (`
 ``comm_down``), and the iteration's wall-clock ``iter``, measured; ``other`` is not timed itself
 but is ``iter`` minus the seven others: hpcgc's own bookkeeping inside the iteration (bit
 accounting, stop checks, timer calls). Evaluation points are outside every phase."""
-LEDGER = ("Gather", "Gatherv", "Bcast", "Allgather", "Allgatherv", "Allreduce")
-"""The collectives of the bit ledger, in the order of ``Transport.ledger``."""
+LEDGER = ("Gather", "Gatherv", "Bcast", "Allgather", "Allgatherv", "Allreduce", "Alltoall", "Alltoallv")
+"""The collectives of the bit ledgers, in the order of ``Transport.ledger`` and ``Transport.received``
+(``Alltoall``/``Alltoallv``, used by ``reduce-scatter`` only, were appended last)."""
 
 
 wtime = MPI.Wtime
@@ -60,7 +67,7 @@ def processor_name() -> str:
     return MPI.Get_processor_name()
 
 
-_GATHER, _GATHERV, _BCAST, _ALLGATHER, _ALLGATHERV, _ALLREDUCE = range(len(LEDGER))
+_GATHER, _GATHERV, _BCAST, _ALLGATHER, _ALLGATHERV, _ALLREDUCE, _ALLTOALL, _ALLTOALLV = range(len(LEDGER))
 
 def _bf16_sum(inbuf, inoutbuf, datatype):
     """The bfloat16 SUM (commutative): inout = bf16(float32(in) + float32(inout)), by the numba
@@ -126,13 +133,21 @@ class Transport:
         self._recv = np.zeros(1 << 16, dtype=np.uint8)
         self._down_head = np.zeros(DOWN_HEADER_BYTES // 4, dtype=np.int32)   # downlink length, control word
         self._down = np.zeros(1 << 16, dtype=np.uint8)
+        self._a2a_send = np.zeros(self.size, dtype=np.int32)     # Alltoall: bytes this rank sends to each rank
+        self._a2a_recv = np.zeros(self.size, dtype=np.int32)     #           bytes it receives from each rank
+        self._a2a_sdispls = np.zeros(self.size, dtype=np.int64)
+        self._a2a_rdispls = np.zeros(self.size, dtype=np.int64)
+        self._a2a_buf = np.zeros(1 << 16, dtype=np.uint8)
         self.reset_ledger()
 
     # -- ledger ---------------------------------------------------------------------------------
     def reset_ledger(self):
         """Zero the sender-side ledger: ``ledger[j]`` = bytes this rank handed to MPI as the
-        sending side of collective ``LEDGER[j]`` (a Bcast counts at the root only)."""
+        sending side of collective ``LEDGER[j]`` (a Bcast counts at the root only), and the
+        receiver-side ledger: ``received[j]`` = bytes MPI delivered into this rank's receive buffers
+        from the other ranks in ``LEDGER[j]``."""
         self.ledger = np.zeros(len(LEDGER))
+        self.received = np.zeros(len(LEDGER))
 
     @property
     def up_bytes(self) -> int:
@@ -169,6 +184,8 @@ class Transport:
         payload = self._lengths(payload)
         self.comm.Gather(self._len, self._counts if self.is_root else None, root=ROOT)
         self.ledger[_GATHER] += LENGTH_BYTES
+        if self.is_root:
+            self.received[_GATHER] += LENGTH_BYTES * (self.size - 1)
         return payload
 
     def gatherv(self, payload: np.ndarray):
@@ -176,8 +193,9 @@ class Transport:
         :meth:`gather_lengths` just announced."""
         self.ledger[_GATHERV] += payload.nbytes
         if self.is_root:
-            self._layout()
+            total = self._layout()
             self.comm.Gatherv(payload, [self._recv, self._counts, self._displs, MPI.BYTE], root=ROOT)
+            self.received[_GATHERV] += total - payload.nbytes
             return self._recv, self._counts, self._displs
         self.comm.Gatherv(payload, None, root=ROOT)
         return None
@@ -197,13 +215,33 @@ class Transport:
         payload = self._lengths(payload)
         self.comm.Allgather(self._len, self._counts)
         self.ledger[_ALLGATHER] += LENGTH_BYTES
+        self.received[_ALLGATHER] += LENGTH_BYTES * (self.size - 1)
         return payload
+
+    def allgather_announce(self, payload: np.ndarray, info) -> np.ndarray:
+        """Like :meth:`allgather_lengths`, with ``len(info)`` float64 words beside the length (one
+        ``Allgather`` of 8·(1 + len(info)) bytes per rank): ``reduce-scatter`` announces its reduced
+        segment's length and what its rank sent in the iteration's first stage, so that rank 0 can
+        account every worker's bits. Returns the (size, 1 + len(info)) float64 table (valid until the
+        next call); the payload lengths go where :meth:`allgatherv` reads them."""
+        payload = self._lengths(payload)
+        k = 1 + len(info)
+        if getattr(self, "_ann", None) is None or self._ann.shape[1] != k:
+            self._ann, self._ann_all = np.zeros((1, k)), np.zeros((self.size, k))
+        self._ann[0, 0] = payload.nbytes
+        self._ann[0, 1:] = info
+        self.comm.Allgather(self._ann, self._ann_all)
+        self._counts[:] = self._ann_all[:, 0]
+        self.ledger[_ALLGATHER] += self._ann.nbytes
+        self.received[_ALLGATHER] += self._ann.nbytes * (self.size - 1)
+        return self._ann_all
 
     def allgatherv(self, payload: np.ndarray):
         """Second half of :meth:`allgather_payloads`: ``Allgatherv`` of the announced payloads."""
         self.ledger[_ALLGATHERV] += payload.nbytes
-        self._layout()
+        total = self._layout()
         self.comm.Allgatherv(payload, [self._recv, self._counts, self._displs, MPI.BYTE])
+        self.received[_ALLGATHERV] += total - payload.nbytes
         return self._recv, self._counts, self._displs
 
     def allgather_payloads(self, payload: np.ndarray):
@@ -219,13 +257,48 @@ class Transport:
         dt, mop = reduction(op, wire)
         self.comm.Allreduce([vec, dt], [out, dt], op=mop)
         self.ledger[_ALLREDUCE] += vec.nbytes
+        self.received[_ALLREDUCE] += out.nbytes
         return out
+
+    def alltoall_lengths(self, counts: np.ndarray) -> np.ndarray:
+        """First half of :meth:`alltoallv`: ``Alltoall`` of one int32 per destination rank — the
+        number of bytes this rank will send it (``counts[r]``; its own entry included, 4 bytes each
+        on the wire). Every rank waits here for the last sender (``wait_up``). Returns the int32
+        byte counts this rank will receive from each rank."""
+        self._a2a_send[:] = counts
+        self.comm.Alltoall(self._a2a_send, self._a2a_recv)
+        self.ledger[_ALLTOALL] += LENGTH_BYTES * (self.size - 1)
+        self.received[_ALLTOALL] += LENGTH_BYTES * (self.size - 1)
+        return self._a2a_recv
+
+    def alltoallv(self, sendbuf: np.ndarray):
+        """Second half: ``Alltoallv`` of ``sendbuf`` (uint8; the bytes for rank r are the
+        ``counts[r]`` announced by :meth:`alltoall_lengths`, in rank order). Returns ``(buffer,
+        counts, displs)`` — rank r's bytes for this rank are ``buffer[displs[r]:displs[r] +
+        counts[r]]`` (views valid until the next call). Ledgers: the bytes sent to and received from
+        the *other* ranks (the piece a rank keeps for itself moves inside its own memory)."""
+        if sendbuf.dtype != np.uint8 or sendbuf.ndim != 1:
+            raise TypeError("alltoallv: sendbuf must be a 1-D uint8 array")
+        sendbuf = np.ascontiguousarray(sendbuf)
+        sc, rc, me = self._a2a_send, self._a2a_recv, self.rank
+        np.add.accumulate(sc[:-1], out=self._a2a_sdispls[1:])
+        np.add.accumulate(rc[:-1], out=self._a2a_rdispls[1:])
+        total = int(self._a2a_rdispls[-1]) + int(rc[-1])
+        if total > self._a2a_buf.size:
+            self._a2a_buf = np.zeros(max(total, 2 * self._a2a_buf.size), dtype=np.uint8)
+        self.comm.Alltoallv([sendbuf, sc, self._a2a_sdispls, MPI.BYTE],
+                            [self._a2a_buf, rc, self._a2a_rdispls, MPI.BYTE])
+        self.ledger[_ALLTOALLV] += int(sc.sum()) - int(sc[me])
+        self.received[_ALLTOALLV] += total - int(rc[me])
+        return self._a2a_buf, rc, self._a2a_rdispls
 
     def bcast(self, buf: np.ndarray):
         """Broadcast ``buf`` (a contiguous numpy array) from rank 0, in place."""
         self.comm.Bcast(buf, root=ROOT)
         if self.is_root:
             self.ledger[_BCAST] += buf.nbytes
+        else:
+            self.received[_BCAST] += buf.nbytes
 
     def bcast_header(self, payload: np.ndarray | None, control: int):
         """The compressed downlink (``run.downlink``, EF21-P), first of two ``Bcast`` calls: rank 0
@@ -239,6 +312,8 @@ class Transport:
         self.comm.Bcast(self._down_head, root=ROOT)
         if self.is_root:
             self.ledger[_BCAST] += self._down_head.nbytes
+        else:
+            self.received[_BCAST] += self._down_head.nbytes
         return payload, int(self._down_head[0]), int(self._down_head[1])
 
     def bcast_body(self, payload: np.ndarray | None, n: int) -> np.ndarray:
@@ -253,6 +328,8 @@ class Transport:
             self.comm.Bcast(payload, root=ROOT)
             if self.is_root:
                 self.ledger[_BCAST] += n
+            else:
+                self.received[_BCAST] += n
         return payload
 
     def sync(self):
@@ -380,7 +457,9 @@ class RankOrderedJIT:
 
 # -- the ``collectives`` micro-benchmark (hpcgc.collectives): timed, never in the ledger ----------
 COLLECTIVES = ("gather", "bcast", "allreduce", "allgather")
-"""The collectives of ``python -m hpcgc.bench collectives``, each issued exactly as a run issues it."""
+"""The collectives of ``python -m hpcgc.bench collectives`` by default, each issued exactly as a run issues it."""
+MORE_COLLECTIVES = ("alltoall",)
+"""Timed only when asked for (``--collectives alltoall``): ``reduce-scatter``'s first stage."""
 
 
 class CollectiveTimer:
@@ -395,7 +474,10 @@ class CollectiveTimer:
       ``Gatherv`` of ``nbytes`` uint8 from every rank to rank 0;
     * ``allgather``: ``Allgather`` of the length, displacements, ``Allgatherv`` of the payloads;
     * ``bcast``: ``Bcast`` from rank 0 of ``nbytes / 8`` float64;
-    * ``allreduce``: ``Allreduce`` (SUM) of ``nbytes / itemsize`` float32 (or float64).
+    * ``allreduce``: ``Allreduce`` (SUM) of ``nbytes / itemsize`` float32 (or float64);
+    * ``alltoall``: ``Alltoall`` of the int32 byte counts, then ``Alltoallv`` of ``nbytes`` uint8
+      split evenly over the other ranks (``reduce-scatter``'s first stage; the receive buffer is
+      allocated at the first call, untimed in the warm-up).
 
     :meth:`measure` runs warm-up iterations (untimed), a barrier, then the timed iterations, each
     timed alone with ``MPI.Wtime`` and followed by an untimed barrier (as OSU's collective
@@ -454,6 +536,27 @@ class CollectiveTimer:
                     comm.Allgather(length, counts)
                     np.cumsum(counts[:-1], out=displs[1:])
                     comm.Allgatherv(send, spec)
+        elif kind == "alltoall":
+            size, me = self.t.size, self.t.rank
+            sc = np.zeros(size, dtype=np.int32)                # send.nbytes split evenly over the other ranks
+            others = [r for r in range(size) if r != me]
+            if others:
+                q, rem = divmod(send.nbytes, len(others))
+                for j, r in enumerate(others):
+                    sc[r] = q + (1 if j < rem else 0)
+            rc = np.zeros(size, dtype=np.int32)
+            sd, rd = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64)
+            np.cumsum(sc[:-1], out=sd[1:])
+            box = {}
+
+            def op():
+                comm.Alltoall(sc, rc)
+                np.cumsum(rc[:-1], out=rd[1:])
+                total = int(rd[-1]) + int(rc[-1])
+                buf = box.get("recv")
+                if buf is None or buf.size < total:
+                    buf = box["recv"] = np.zeros(max(total, 1), dtype=np.uint8)
+                comm.Alltoallv([send, sc, sd, MPI.BYTE], [buf, rc, rd, MPI.BYTE])
         elif kind == "bcast":
             def op():
                 comm.Bcast(send, root=ROOT)

@@ -150,6 +150,12 @@ BAD = [
      "algorithm 'local-sgd' has no downlink state (EF21-P: workers evaluate at the broadcast model w); "
      "run.downlink = 'topk:k=5' is taken by: dcgd, diana"),
     (["--set", "run.downlink=randq:k=5"], "run.downlink: unknown compressor 'randq'"),
+    (["--set", "run.collective=reduce-scatter", "--set", "run.compressor=bernoulli:p=0.5"],
+     "compressor bernoulli:p=0.5 cannot ride run.collective = 'reduce-scatter'; collectives it can use: gather, "
+     "allgather"),
+    (["--set", "run.collective=reduce-scatter", "--set", "run.compressor=qsgd",
+      "--set", "data.dataset=synthetic:logreg,n=100,d=3"],
+     "d = 3 is smaller than the 4 ranks"),
     (["--set", "run.downlink=sign"], "no contraction"),
     (["--set", "problem.kind=mlp", "--set", "problem.depth=0", "--set", "run.learning_rate=0.1"],
      "problem.depth: must be > 0, got 0"),

@@ -32,7 +32,10 @@ algorithm that can ride ``allreduce`` (``collectives`` lists it) also implements
     sum_codec(i)                             worker i's :class:`~hpcgc.compressors.summable.SumCodec`
 
 and ``worker_encode`` is then, by default, ``compress(worker_message)`` + ``worker_sent`` with
-the decoded payload — one recursion, whatever carries it.
+the decoded payload — one recursion, whatever carries it. Under ``reduce-scatter`` the exchange
+calls ``rs_message`` / ``rs_sent`` / ``rs_reduced`` (by default the three above; EF21 and MARINA
+add their dense rounds) and ``second_stage`` (the owner's state of the aggregate); the theory
+steps then use the composed constants of :mod:`hpcgc.compressors.segments`.
 
 Problems and step sizes (checked at plan time by :meth:`Algorithm.check_problem`, before any data
 is read). Every problem kind falls in one class (:func:`problem_class`):
@@ -264,6 +267,27 @@ class Algorithm:
 
     def server_reduced(self, state, add_sum):
         raise NotImplementedError(f"{self.name} cannot take an Allreduce sum")
+
+    # under reduce-scatter (hpcgc.exchange.reduce_scatter): the allreduce interface, plus dense rounds
+    def rs_message(self, state) -> tuple:
+        """(the vector worker ``state`` compresses segment-wise, dense): dense = this iteration's
+        message travels uncompressed (float64 segments in both stages: EF21's first message,
+        MARINA's dense rounds); the flag is the same on every rank. Default: (worker_message, False)."""
+        return self.worker_message(state), False
+
+    def rs_sent(self, state, own_add, dense: bool) -> None:
+        """``worker_sent`` with the worker's own decoded stage-1 message."""
+        self.worker_sent(state, own_add)
+
+    def rs_reduced(self, state, add_sum, dense: bool):
+        """``server_reduced`` from the decoded second stage (every rank)."""
+        return self.server_reduced(state, add_sum)
+
+    def second_stage(self, d: int, n: int) -> tuple[float, float]:
+        """(α₂, s₂) of the owner's second stage under reduce-scatter: it sends s₂·C₂(S − D) and
+        updates D ← D + α₂(m − S) (``docs/methods.md``, "Compressed reduce-scatter"). Default (0, 1):
+        plain C₂(S), for unbiased methods whose aggregate carries no state (DCGD, MARINA)."""
+        return 0.0, 1.0
 
     def model_bits(self, i: int, payload) -> float:
         """Model bits of worker i's message, accounted right after the server step decoded it."""

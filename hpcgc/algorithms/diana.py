@@ -134,7 +134,7 @@ class Diana(Algorithm):
     downlink_ok = True
     """Takes a compressed downlink (``run.downlink``, EF21-P + DIANA / + DCGD, Gruntkowska et al.
     2023, Algs. 2–3): the workers evaluate at the broadcast w, the server step is unchanged."""
-    collectives = ("gather", "allreduce", "allgather")
+    collectives = ("gather", "allreduce", "allgather", "reduce-scatter")
     nonconvex_ok = True
     steps_in_place = True              # _step: state.x -= …, returns state.x
     kernels = (warm_step,)
@@ -144,7 +144,10 @@ class Diana(Algorithm):
     def __init__(self, compressors, *, d, n_workers, weights, problem_info, options):
         super().__init__(compressors, d=d, n_workers=n_workers, weights=weights, problem_info=problem_info,
                          options=options)
-        self.omega = unbiased_omega(self.name, compressors, d)
+        self.omega = self.omega_shift = unbiased_omega(self.name, compressors, d)
+        if options.get("collective") == "reduce-scatter":
+            # the workers' shifts see stage 1 only (ω₁ = ω_seg); the step sees both stages (ω_c)
+            self.omega_shift, self.omega = composed_unbiased(self.name, compressors, d, n_workers)
         mult = options.get("step_multiplier", 1.0)
         if not (mult > 0 and np.isfinite(mult)):
             raise ConfigError(f"run.step_multiplier must be > 0, got {mult!r}")
@@ -164,7 +167,7 @@ class Diana(Algorithm):
         self.mult = float(mult)
         self.constants = {"L_max": problem_info["L_max"], "L": problem_info.get("L"),
                           "mu": float(problem_info.get("mu") or 0.0), "omega": self.omega, "n": self.independent,
-                          "alpha": self.alpha if self.learns_shifts else 1.0 / (1.0 + self.omega),
+                          "alpha": self.alpha if self.learns_shifts else 1.0 / (1.0 + self.omega_shift),
                           "A_sgd": problem_info["L_max"]}
         if self.step_rule == LEARNING_RATE:
             self.gamma = mult * learning_rate(options, f"{self.name} with step rule 'learning-rate'")
@@ -191,10 +194,11 @@ class Diana(Algorithm):
                 raise ConfigError(f"{self.name} has no shifts (α = 0); remove run.alpha or use 'diana'")
             return 0.0
         if alpha is None or alpha == "theory":
-            return 1.0 / (1.0 + self.omega)
+            return 1.0 / (1.0 + self.omega_shift)
         a = float(alpha)
         if not (0.0 < a <= 1.0):
-            raise ConfigError(f"run.alpha must be in (0, 1] (theory: 1/(1+ω) = {1 / (1 + self.omega):.4g}), got {alpha!r}")
+            raise ConfigError(f"run.alpha must be in (0, 1] (theory: 1/(1+ω) = {1 / (1 + self.omega_shift):.4g}), "
+                              f"got {alpha!r}")
         return a
 
     # -- worker side -----------------------------------------------------------------------------
@@ -241,6 +245,11 @@ class Diana(Algorithm):
             prox_l1(state.x, self.gamma * self.l1)
         return state.x
 
+    def second_stage(self, d: int, n: int) -> tuple[float, float]:
+        """Under reduce-scatter the owner keeps its segment's exact shift h_true = mean h_i and sends
+        C₂(S + h_true − h_rep): (α, 1) — see the exchange and ``docs/methods.md``. DCGD: (0, 1)."""
+        return self.alpha, 1.0
+
     def describe(self) -> dict:
         return {"gamma": self.gamma, "alpha": self.alpha, "beta": self.beta, "omega": self.omega,
                 "independent_messages": self.independent, "step_rule": self.step_rule,
@@ -264,6 +273,18 @@ def unbiased_omega(name: str, compressors, d: int) -> float:
         if c.omega(d) is None:
             raise ConfigError(biased_refusal(name, c.spec))
     return float(max(c.omega(d) for c in compressors))
+
+
+def composed_unbiased(name: str, compressors, d: int, n: int) -> tuple[float, float]:
+    """(ω_seg, ω_c) under reduce-scatter: the segment-wise ω of the workers' compressors (both stages
+    use it) and the composed ω_c = n·ω_seg + (1 + ω_seg)·ω_seg that replaces ω in the steps' ω/n
+    (:mod:`hpcgc.compressors.segments`)."""
+    from ..compressors.segments import composed_omega, segment_omega
+    oms = [segment_omega(c, d, n) for c in compressors]
+    if any(o is None for o in oms):
+        raise ConfigError(biased_refusal(name, next(c.spec for c, o in zip(compressors, oms) if o is None)))
+    om = float(max(oms))
+    return om, composed_omega(om, om, n)
 
 
 def independent_messages(compressors, n_workers: int) -> int:

@@ -135,11 +135,22 @@ class ErrorFeedback(Algorithm):
             raise ConfigError(msg)
 
 
+def composed_contraction(comp, d: int, n: int) -> tuple[float | None, float]:
+    """(δ_c, s_seg) under reduce-scatter: the segments' contraction δ_seg (min over segments, with
+    its scale s_seg) composed over the two stages, δ_c = δ_seg² (:mod:`hpcgc.compressors.segments`)."""
+    from ..compressors.segments import bounds, composed_delta, segment_compressors
+    pairs = [contraction(c, b - a) for c, (a, b) in zip(segment_compressors(comp, d, n), bounds(d, n))]
+    if any(dl is None for dl, _ in pairs):
+        return None, 1.0
+    dl, s = min(pairs)
+    return composed_delta(dl, dl), s
+
+
 class EF(ErrorFeedback):
     """EF14 / EF-SGD: compress γ·g_i plus the memory of what was not sent."""
 
     name = "ef"
-    collectives = ("gather", "allreduce", "allgather")
+    collectives = ("gather", "allreduce", "allgather", "reduce-scatter")
 
     def __init__(self, compressors, *, d, n_workers, weights, problem_info, options):
         super().__init__(compressors, d=d, n_workers=n_workers, weights=weights, problem_info=problem_info,
@@ -147,6 +158,8 @@ class EF(ErrorFeedback):
         self.refuse_options(options, compressors[0])
         mult, lr, self.step_rule = step_options(self, options, problem_info)
         pairs = [contraction(c, d) for c in compressors]
+        if options.get("collective") == "reduce-scatter":
+            pairs = [composed_contraction(c, d, n_workers) for c in compressors]
         self.scales = np.array([s for _, s in pairs])
         deltas = [dl for dl, _ in pairs]
         self.delta = None if any(dl is None for dl in deltas) else float(min(deltas))
@@ -190,6 +203,10 @@ class EF(ErrorFeedback):
         add_sum(state.m)
         state.x -= self.scales[0] * state.m
         return state.x
+
+    def second_stage(self, d: int, n: int) -> tuple[float, float]:
+        """Error feedback on the owner under reduce-scatter (CGX, 1-bit Adam): (1, s_seg)."""
+        return 1.0, float(self.scales[0])
 
     def describe(self) -> dict:
         return {"gamma": self.gamma, "alpha": 0.0, "beta": 0.0, "step_source": self.step_source,

@@ -49,7 +49,7 @@ import numpy as np
 from .. import compressors as C
 from ..errors import ConfigError
 from .base import LEARNING_RATE
-from .ef import ErrorFeedback, contraction, step_options
+from .ef import ErrorFeedback, composed_contraction, contraction, step_options
 
 HEAD = 4
 """Header bytes that name a payload's codec: format id, flags, 16-bit spec fingerprint."""
@@ -85,7 +85,7 @@ class EF21(ErrorFeedback):
     name = "ef21"
     needs_delta = True
     downlink_ok = True       # EF21-P (run.downlink): workers evaluate at the broadcast w, the server steps x
-    collectives = ("gather", "allgather")
+    collectives = ("gather", "allgather", "reduce-scatter")
     collectives_why = ("its first message is dense float64 and the later ones compressed (two codecs), "
                        "and an Allreduce carries one")
 
@@ -95,6 +95,8 @@ class EF21(ErrorFeedback):
         self.refuse_options(options, compressors[0])
         self.mult, self.lr, self.step_rule = step_options(self, options, problem_info)
         pairs = [contraction(c, d) for c in compressors]
+        if options.get("collective") == "reduce-scatter":
+            pairs = [composed_contraction(c, d, n_workers) for c in compressors]
         if any(dl is None or not dl > 0 for dl, _ in pairs):
             bad = next(c for c, (dl, _) in zip(compressors, pairs) if dl is None or not dl > 0)
             raise ConfigError(f"ef21 needs a compressor with a contraction δ > 0; {bad.spec} has none")
@@ -160,6 +162,31 @@ class EF21(ErrorFeedback):
         state.fresh[0] = 0.0
         state.x -= self.gamma * state.g
         return state.x
+
+    # -- under reduce-scatter: the first message dense, then g_i += s·C(Δ_i); the owner sends the
+    #    compressed difference of the exact aggregate g and the replicated one (second_stage) -------
+    def rs_message(self, state: WorkerState) -> tuple:
+        return state.delta, bool(state.fresh[0])
+
+    def rs_sent(self, state: WorkerState, own_add, dense: bool) -> None:
+        own_add(state.g, 1.0 if dense else float(self.scales[state.i]))
+        state.fresh[0] = 0.0
+
+    def rs_reduced(self, state: ServerState, add_sum, dense: bool) -> np.ndarray:
+        """g ← g + s·m (m: the decoded second stage, in units of the stage-1 messages); x ← x − γ g."""
+        if dense:
+            add_sum(state.g)
+        else:
+            m = np.zeros(self.d)
+            add_sum(m)
+            state.g += float(self.scales[0]) * m
+        state.fresh[0] = 0.0
+        state.x -= self.gamma * state.g
+        return state.x
+
+    def second_stage(self, d: int, n: int) -> tuple[float, float]:
+        """EF21 on the aggregate (α₂ = 1): the owner keeps the exact Σ w_i g_i of its segment."""
+        return 1.0, float(self.scales[0])
 
     def model_bits(self, i: int, payload) -> float:
         """The dense first message: 64·d; afterwards the compressor's formula."""

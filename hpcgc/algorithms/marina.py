@@ -43,7 +43,7 @@ from .base import (
     learning_rate,
     shared_coin,
 )
-from .diana import independent_messages, unbiased_omega
+from .diana import composed_unbiased, independent_messages, unbiased_omega
 
 
 @dataclass
@@ -80,7 +80,7 @@ class Marina(Algorithm):
     nonconvex_ok = True
     step_rules = {"marina-thm2.1": SMOOTH, LEARNING_RATE: NO_CONSTANT}
     auto_rules = {STRONGLY_CONVEX: "marina-thm2.1", SMOOTH: "marina-thm2.1", NO_CONSTANT: LEARNING_RATE}
-    collectives = ("gather", "allgather")
+    collectives = ("gather", "allgather", "reduce-scatter")
     collectives_why = ("its dense rounds and its compressed rounds use different codecs, and an Allreduce sums "
                        "one codec fixed at set-up; use 'gather' or 'allgather'")
 
@@ -88,6 +88,8 @@ class Marina(Algorithm):
         super().__init__(compressors, d=d, n_workers=n_workers, weights=weights, problem_info=problem_info,
                          options=options)
         omega = unbiased_omega(self.name, compressors, d)
+        if options.get("collective") == "reduce-scatter":
+            omega = composed_unbiased(self.name, compressors, d, n_workers)[1]     # ω_c of both stages
         if int(options.get("batch", 0)):
             raise ConfigError(NO_BATCH)
         if float(options.get("l1", 0.0)):
@@ -140,6 +142,25 @@ class Marina(Algorithm):
     def worker_encode(self, state: WorkerState, rng) -> np.ndarray:
         c = self.dense if state.dense[0] else self.compressors[state.i]
         return c.compress(state.msg, rng)
+
+    # -- under reduce-scatter (dense rounds travel as float64 segments, both stages exact) ----------
+    def rs_message(self, state: WorkerState) -> tuple:
+        return state.msg, bool(state.dense[0])
+
+    def rs_sent(self, state: WorkerState, own_add, dense: bool) -> None:
+        return None
+
+    def rs_reduced(self, state: ServerState, add_sum, dense: bool) -> np.ndarray:
+        state.m[:] = 0.0
+        add_sum(state.m)
+        if dense:
+            state.g[:] = state.m
+        else:
+            state.g += state.m
+        state.x -= self.gamma * state.g
+        state.k += 1
+        state.dense[0] = dense
+        return state.x
 
     # -- server ----------------------------------------------------------------------------------
     def server_init(self, x0: np.ndarray) -> ServerState:

@@ -382,6 +382,22 @@ class Compressor(ABC):
         """Plan-time check against the number of workers (known from the MPI world before any data is
         read): ConfigError if this compressor cannot serve n workers (``int8``: n ≤ 127). Default: none."""
 
+    # -- segments (run.collective = "reduce-scatter", hpcgc.exchange.reduce_scatter) ---------------
+    segment_wise: ClassVar[bool] = False
+    """True when the compressor has a segment-wise form: ``reduce-scatter`` splits a d-vector into
+    n contiguous segments and compresses each one alone (:meth:`segment`). A compressor that sets it
+    lists ``"reduce-scatter"`` in its ``collectives``."""
+
+    def segment(self, d: int, d_seg: int) -> Compressor:
+        """The compressor applied to one segment of length ``d_seg`` of a d-vector under
+        ``reduce-scatter``: by default this compressor itself on the sub-vector (its ω or δ are
+        then those of dimension d_seg); rand-k and top-k scale k (:class:`~.base.FixedKSparse`).
+        ConfigError if the compressor has no segment-wise form."""
+        if not self.segment_wise:
+            raise ConfigError(f"{self.spec} has no segment-wise form, so it cannot ride run.collective = "
+                              f"'reduce-scatter'; collectives it can use: {', '.join(self.collectives)}")
+        return self
+
     # -- run context -----------------------------------------------------------------------------
     def for_run(self, *, d: int, n_workers: int) -> Compressor:
         """This compressor with parameters that depend on the run resolved (the runner calls it
@@ -732,6 +748,16 @@ class FixedKSparse(SparseCompressor):
 
     def _nnz(self, d: int) -> int:
         return self.k
+
+    def segment(self, d: int, d_seg: int) -> Compressor:
+        """k scaled to the segment: k_seg = min(d_seg, ⌈k·d_seg/d⌉), so k_seg/d_seg ≥ k/d — rand-k's
+        ω = d_seg/k_seg − 1 ≤ d/k − 1 and top-k's δ = k_seg/d_seg ≥ k/d (top-k per segment is
+        gTop-k's per-worker selection, Shi et al. 2019). The same compressor when k_seg = k."""
+        super().segment(d, d_seg)
+        k_seg = min(d_seg, -(-self.k * d_seg // d))
+        if k_seg == self.k:
+            return self
+        return type(self)(**{**self._params, "k": k_seg})
 
     def _check_k(self, d: int) -> None:
         if self.k > d:

@@ -81,7 +81,8 @@ class Identity(Compressor):
     BITS_BY_LENGTH = True          # model bits: a function of d and the payload's length
     unbiased = True
     deterministic = True
-    collectives = ("gather", "allreduce", "allgather")
+    collectives = ("gather", "allreduce", "allgather", "reduce-scatter")
+    segment_wise = True
 
     def _init(self) -> None:
         on = [k for k in ("fp64", "fp16", "bf16") if self._params[k]]

@@ -267,6 +267,8 @@ def nat_block_bytes(n: int, fp64: bool) -> tuple[int, int]:
 class Natural(DecodeInto, Compressor):
     """Natural compression C_nat (Horváth et al. 2022): unbiased rounding to ±2^e; ω = 1/8,
     9 bits per entry (12 with fp64)."""
+    collectives = ("gather", "allgather", "reduce-scatter")
+    segment_wise = True
 
     name = "natural"
     description = ("natural compression C_nat: unbiased rounding to a power of two (Horvath et al. "
@@ -482,6 +484,8 @@ def _natural_dither_row_values(builder, f, sc, s):
 class NaturalDither(BucketDither):
     """Natural dithering D^{p,s}_nat (Horváth et al. 2022): levels 0, 2^{1−s}, …, 1/2, 1 of the
     bucket norm; ω = 1/8 + √b·2^{1−s}·min{1, √b·2^{1−s}}."""
+    collectives = ("gather", "allgather", "reduce-scatter")
+    segment_wise = True
 
     name = "natural-dither"
     description = ("natural dithering D^{p,s}_nat: levels 0, 2^(1-s), ..., 1/2, 1 of the l_p bucket "

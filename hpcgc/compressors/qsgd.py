@@ -57,6 +57,8 @@ class BucketDither(Compressor):
     ``(x, bucket, norms, l2, s, width, seed, fp64, head, payload) -> status`` that writes a
     whole payload: :func:`.kernels.norms.write_scales`, then the dithered fields packed after the
     scales (e.g. :func:`.kernels.dither.qsgd_encode`)."""
+    collectives = ("gather", "allgather", "reduce-scatter")
+    segment_wise = True
 
     _encode: staticmethod
 

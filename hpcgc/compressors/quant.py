@@ -174,6 +174,8 @@ def ternary_unpack_decode(src, offset, d, block, scales, out, weight, accumulate
 class Quant(Compressor):
     """DIANA's block p-quantization Quant_p, p ∈ {2, ∞} (Mishchenko et al. 2019): ternary
     {−‖Δ(l)‖_p, 0, +‖Δ(l)‖_p} per block; ω = √b − 1 (p = 2) or (√b − 1)/2 (p = ∞)."""
+    collectives = ("gather", "allgather", "reduce-scatter")
+    segment_wise = True
 
     name = "quant"
     description = ("DIANA block p-quantization Quant_p, ternary per block (Mishchenko et al. 2019); "

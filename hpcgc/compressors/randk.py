@@ -277,6 +277,8 @@ def sample_and_gather(x: np.ndarray, seed, k: int, reuse: bool = False
 
 class RandK(FixedKSparse):
     """Rand-k sparsification: k uniform random coordinates scaled by d/k; ω = d/k − 1 (exact)."""
+    collectives = ("gather", "allgather", "reduce-scatter")
+    segment_wise = True
 
     name = "randk"
     description = ("rand-k: keep k uniformly random coordinates scaled by d/k; omega = d/k - 1; "
@@ -296,7 +298,8 @@ class RandK(FixedKSparse):
         super()._init()
         self.shared_seed = self._params["shared_seed"]
         if self.shared_seed:
-            self.collectives = ("gather", "allreduce", "allgather")
+            self.collectives = ("gather", "allreduce", "allgather")   # not reduce-scatter: its second
+            self.segment_wise = False                                  # stage draws on one rank only
             self.shared_randomness = True
 
     def sum_codec(self, d: int, shape=None):

@@ -105,6 +105,8 @@ def sign_keys(x: np.ndarray):
 
 class Sign(DecodeInto, Compressor):
     """signSGD: sign(x), 1 bit per entry (sign(0) = +1); biased, not contractive."""
+    collectives = ("gather", "allgather", "reduce-scatter")
+    segment_wise = True
 
     name = "sign"
     description = ("sign(x), 1 bit per entry, sign(0) = +1 (signSGD, Bernstein et al. 2018; biased, "

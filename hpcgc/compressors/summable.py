@@ -281,5 +281,5 @@ class ConcatSum(SumCodec):
             self.parts[int(j)][2].restore(st)
 
 
-COLLECTIVES = ("gather", "allreduce", "allgather")
+COLLECTIVES = ("gather", "allreduce", "allgather", "reduce-scatter")
 """Every collective a run can use (``run.collective``); see :mod:`hpcgc.exchange`."""

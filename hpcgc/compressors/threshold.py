@@ -53,6 +53,8 @@ def expected_hits(keys: np.ndarray, mask, lo) -> int:
 
 class Threshold(SparseCompressor):
     """Hard threshold: keep |x_j| ≥ λ; biased, ‖C(x) − x‖² ≤ d·λ² (no δ)."""
+    collectives = ("gather", "allgather", "reduce-scatter")
+    segment_wise = True
 
     name = "threshold"
     description = ("hard threshold: keep x_j with |x_j| >= lam (biased; ||C(x)-x||^2 <= d*lam^2; "

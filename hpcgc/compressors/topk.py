@@ -272,6 +272,8 @@ def topk_sampled(x: np.ndarray, k: int):
 
 class TopK(FixedKSparse):
     """Top-k sparsification: the k largest |x_j|; biased, δ = k/d."""
+    collectives = ("gather", "allgather", "reduce-scatter")
+    segment_wise = True
 
     name = "topk"
     description = ("top-k: keep the k largest |x_j| (biased; delta = k/d; O(d) radix select); "

@@ -98,6 +98,22 @@ def load(spec) -> Dataset:
     raise _unknown(text, " (and no file at that path)" if looks_like_path else "")
 
 
+def declared_features(spec) -> int | None:
+    """The number of features a specification states without reading data — a ``synthetic:``
+    spec's ``d`` (its default where not given) —, else None (LIBSVM files, built-ins)."""
+    text = _spec_text(spec) if isinstance(spec, str) else ""
+    if not text.lower().startswith(SYNTHETIC_PREFIX):
+        return None
+    kind, *tokens = text[len(SYNTHETIC_PREFIX):].split(",")
+    kind = kind.strip().lower()
+    if kind == SPARSE_KIND:
+        return int(parse_sparse_options(tokens)["d"])
+    if kind not in KINDS:
+        return None
+    from .generators import _parse_synthetic_options
+    return int(_parse_synthetic_options(kind, tokens)["d"])
+
+
 def available() -> list[str]:
     """Built-in names, then the ``libsvm:<path>`` template and the loadable synthetic kinds."""
     return [*_BUILTINS, LIBSVM_PREFIX + "<path>", *(SYNTHETIC_PREFIX + k for k in KINDS)]

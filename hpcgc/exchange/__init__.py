@@ -8,11 +8,13 @@ from ..errors import ConfigError
 from .allgather import Allgather
 from .allreduce import Allreduce
 from .gather import Gather
+from .reduce_scatter import ReduceScatter
 
 REGISTRY = {
     "gather": Gather,
     "allreduce": Allreduce,
     "allgather": Allgather,
+    "reduce-scatter": ReduceScatter,
 }
 
 

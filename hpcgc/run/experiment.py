@@ -84,14 +84,23 @@ def parse_selection(text: str, count: int) -> list[int]:
 
 def check_world(plans, size: int) -> None:
     """The plan-time checks that need the number of workers (the MPI world's size, before any data
-    is read): each compressor's :meth:`~hpcgc.compressors.Compressor.check_workers`; every problem
-    at once, one line each."""
+    is read): each compressor's :meth:`~hpcgc.compressors.Compressor.check_workers`, and under
+    run.collective = 'reduce-scatter' d ≥ n (one segment per rank) where the data specification
+    states d (synthetic data, linear problems; else the exchange refuses it when the data's d is
+    known, on every rank alike); every problem at once, one line each."""
+    from ..compressors.segments import bounds
+    from ..data.specs import declared_features
+    from ..problems import CONVEX_KINDS, NONCONVEX_KINDS
     problems = []
     for rp in plans:
         r = rp.cfg["run"]
         n = size - 1 if r["server"] == "dedicated" else size
         try:
             compressors.make(r["compressor"]).check_workers(n)
+            if r["collective"] == "reduce-scatter" and rp.cfg["problem"]["kind"] in (*CONVEX_KINDS, *NONCONVEX_KINDS):
+                d = declared_features(rp.cfg["data"]["dataset"])
+                if d is not None:
+                    bounds(d, size)
         except ConfigError as exc:
             if str(exc) not in problems:
                 problems.append(str(exc))

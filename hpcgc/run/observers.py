@@ -61,7 +61,8 @@ class Ledger:
     """Rank 0: cumulative model and wire bits per worker (uplink) and downlink wire and model bits,
     accounted by the exchange from the messages that really went through MPI."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, ranks=None):
+        self.ranks = list(range(n)) if ranks is None else list(ranks)   # worker i's MPI rank
         self.model = np.zeros(n)
         self.wire = np.zeros(n)
         self.down = 0.0
@@ -181,11 +182,14 @@ class Watch:
 
     def evaluate(self, k: int) -> bool:
         t = self.t
-        rows = t.gather_rows(np.concatenate([self.clock.totals, t.ledger, [self.evals(), REQUEST.signum]]))
+        rows = t.gather_rows(np.concatenate([self.clock.totals, t.ledger, t.received,
+                                             [self.evals(), REQUEST.signum]]))
         if t.is_root:
             row = self.metrics()
+            nl, np_ = len(LEDGER), len(PHASES)
+            received = rows[:, np_ + nl:np_ + 2 * nl].sum(axis=1)[self.ledger.ranks]
             row.update(iteration=k, bits_up_model=self.ledger.model, bits_up_wire=self.ledger.wire,
-                       bits_down_wire=self.ledger.down,
+                       bits_received_wire=8.0 * received, bits_down_wire=self.ledger.down,
                        bits_down_model=self.ledger.down_model, time=rows[:, :len(PHASES)],
                        mpi_bytes=rows[:, len(PHASES):len(PHASES) + len(LEDGER)], stop_signal=rows[:, -1].max(),
                        grad_evals=float(np.nansum(rows[:, -2])) if np.isfinite(rows[:, -2]).any() else np.nan)

@@ -276,7 +276,7 @@ class Run:
         clock = Clock(r["iterations"], r["per_iteration_times"])
         outcome, ledger, observers, rw, bar, rules, budgets, policy = Outcome(), None, [], None, None, None, None, None
         if root:
-            ledger = Ledger(s.n_workers)
+            ledger = Ledger(s.n_workers, s.worker_ranks)
             budgets = Budgets(r, ledger, outcome)
             x0_dist = float(np.sum((x - s.opt.x) ** 2)) if s.opt is not None else 0.0
             bar = ProgressLine(self.rp.run_id, r["iterations"], self.show_progress, crossed, ledger)
@@ -372,7 +372,8 @@ class Run:
             # the divergent state is recorded as the last row so the file shows where it blew up
             rw.append({"iteration": done, "loss": np.nan, "suboptimality": np.nan, "dist_to_opt": np.nan,
                        "grad_norm_sq": np.nan, "accuracy": np.nan, "bits_up_model": ledger.model,
-                       "bits_up_wire": ledger.wire, "bits_down_wire": ledger.down, "bits_down_model": ledger.down_model,
+                       "bits_up_wire": ledger.wire, "bits_received_wire": ledger.wire * np.nan,
+                       "bits_down_wire": ledger.down, "bits_down_model": ledger.down_model,
                        "time": np.tile(clock.totals, (t.size, 1)) * np.nan,
                        "mpi_bytes": np.tile(t.ledger, (t.size, 1)) * np.nan})
         if rw is not None:
