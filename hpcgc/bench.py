@@ -40,8 +40,10 @@ Every MPI rank is a worker holding a data shard. With run.collective = "gather" 
 rank 0 is also the server (or only the server, with run.server = "dedicated"): each iteration the
 workers compress their messages, rank 0 gathers the bytes with MPI Gatherv, aggregates, steps,
 and broadcasts the new iterate. With "allreduce" the messages are summed by MPI_Allreduce
-(identity = the uncompressed baseline, randk shared_seed, powersgd) and with "allgather" every
-rank receives every payload; then every rank takes the same step and there is no server. Results (loss,
+(identity = the uncompressed baseline, randk shared_seed, powersgd), with "allgather" every
+rank receives every payload, and with "reduce-scatter" (a compressed Allreduce) each rank receives,
+sums and re-compresses one segment, then Allgatherv's it; then every rank takes the same step and
+there is no server. Results (loss,
 f - f*, bits per worker in two ledgers - model bits and wire bytes - and per-rank phase times)
 go to one HDF5 file written by rank 0."""
 

@@ -2,7 +2,7 @@
 signals itself during an iteration between evaluation points) and resumed with --resume equals the
 uninterrupted run bit for bit — every non-timing dataset, row for row: iterates, bits, the MPI byte
 ledger — for every kind of state (DIANA's shifts and momentum, EF's memory e_i, EF21's g_i and
-server g, local copies, PowerSGD's Q); a checkpoint that is not typed state fitting the run (a
+server g, local copies, PowerSGD's Q, reduce-scatter's owner-side aggregate state); a checkpoint that is not typed state fitting the run (a
 hostile pickle, other shapes) is refused before anything runs."""
 from __future__ import annotations
 
@@ -31,6 +31,10 @@ CASES = {
     "adiana-allgather": {"run.algorithm": "adiana", "run.compressor": "natural", "run.collective": "allgather"},
     "adiana-gather": {"run.algorithm": "adiana", "run.compressor": "natural", "run.probability": 0.05},
     "diana-hadamard": {"run.algorithm": "diana", "run.compressor": "hadamard:s=2"},   # the shared rotation stream
+    "diana-reduce-scatter": {"run.algorithm": "diana", "run.compressor": "qsgd:s=2",
+                             "run.collective": "reduce-scatter"},          # the owners' D (checkpointed)
+    "ef21-topk-reduce-scatter": {"run.algorithm": "ef21", "run.compressor": "topk:k=8",
+                                 "run.collective": "reduce-scatter"},
     "diana+-dense": {"run.algorithm": "diana+", "run.compressor": "quant+:p=inf", "run.batch": 30},
     "local-sgd-topk-ef": {"data.dataset": "digits", "problem.kind": "softmax", "run.algorithm": "local-sgd",
                           "run.compressor": "topk:k=20", "run.error_feedback": True, "run.batch": 16,
@@ -127,7 +131,8 @@ def test_interrupted_and_resumed_equals_uninterrupted(shared_dir, case):
     assert b.status == "completed" and b.attrs["iterations_done"] == iterations
     assert np.array_equal(a.x_final, b.x_final)
     assert np.array_equal(a.series["iteration"], b.series["iteration"])      # no row of the interruption
-    for key in ("loss", "grad_norm_sq", "bits_up_model", "bits_up_wire", "bits_down_wire", "bits_down_model"):
+    for key in ("loss", "grad_norm_sq", "bits_up_model", "bits_up_wire", "bits_received_wire", "bits_down_wire",
+                "bits_down_model"):
         assert np.array_equal(a.series[key], b.series[key], equal_nan=True), key
     for coll, sent in a.mpi_bytes.items():
         assert np.array_equal(sent, b.mpi_bytes[coll]), coll
