@@ -177,9 +177,11 @@ class EF21(ErrorFeedback):
         if dense:
             add_sum(state.g)
         else:
-            m = np.zeros(self.d)
+            m = self.__dict__.setdefault("_rs_m", np.zeros(self.d))
+            m[:] = 0.0
             add_sum(m)
-            state.g += float(self.scales[0]) * m
+            m *= float(self.scales[0])
+            state.g += m
         state.fresh[0] = 0.0
         state.x -= self.gamma * state.g
         return state.x

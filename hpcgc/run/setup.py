@@ -219,6 +219,10 @@ def check_collective(r: dict, alg_cls, comp) -> None:
     if ex.name == "allreduce" and (r["allocation"] != "uniform"):
         raise ConfigError(f"run.allocation = {r['allocation']!r} gives the workers messages of different sizes; "
                           "an Allreduce sums one message shape on every rank: use 'gather' or 'allgather'")
+    if ex.name == "reduce-scatter" and (r["allocation"] != "uniform"):
+        raise ConfigError(f"run.allocation = {r['allocation']!r} gives the workers different compressors; under "
+                          "'reduce-scatter' a segment's owner decodes every worker's piece with one compressor: "
+                          "use 'gather' or 'allgather'")
 
 
 def check_matrices(rc: dict, comp) -> None:
