@@ -42,6 +42,8 @@ DESCRIBE = {
     "bcast": "MPI_Bcast of a float64 buffer from rank 0 (downlink: the new iterate)",
     "allreduce": "MPI_Allreduce (SUM) of a {dtype} vector (summable messages)",
     "allgather": "MPI_Allgather of the int32 length + MPI_Allgatherv of uint8 payloads (every rank decodes)",
+    "alltoall": "MPI_Alltoall of the int32 lengths + MPI_Alltoallv of uint8 payloads split evenly over the other "
+                "ranks (reduce-scatter's first stage)",
 }
 
 DESCRIBE_STAT = ("each rank's mean seconds per operation over the timed iterations (warm-up excluded); "

@@ -71,7 +71,7 @@ def test_sizes_and_defaults():
     (["--min-size", "5", "--max-size", "7"], "no power of two"),
     (["--max-size", "4G"], "< 2 GiB"),
     (["--max-size", "lots"], "not a size"),
-    (["--collectives", "alltoall"], "invalid choice"),
+    (["--collectives", "scatter"], "invalid choice"),          # (alltoall is a choice since reduce-scatter)
     (["--iterations", "0"], "--iterations"),
     (["--max-seconds", "-1"], "--max-seconds"),
     (["--bogus"], "unrecognized"),
