@@ -161,8 +161,13 @@ def execute(runs: list[Run], transport: Transport, out, argv=(), log=print, t_st
     # each rank exercises its own worker's compressor at the run's d (the decoders are shared)
     # and only the objective and step kernels the runs use (each costs every rank a cache load)
     kernels = {k for r in runs for k in (*r.alg.kernels, *getattr(r.s.local, "kernels", ()), *r.comp.kernels)}
-    warm_jit(sorted({r.comp.spec for r in runs}), t, sizes=[(r.comps[t.rank % len(r.comps)], r.s.d) for r in runs],
-             kernels=sorted(kernels, key=lambda k: k.__module__))
+    sizes = [(r.comps[t.rank % len(r.comps)], r.s.d) for r in runs]
+    for r in runs:                       # reduce-scatter compresses segments: their kernels at their lengths
+        if r.r["collective"] == "reduce-scatter" and r.s.d >= t.size:
+            from ..compressors.segments import bounds, segment_compressors
+            comp = r.comps[t.rank % len(r.comps)]
+            sizes += [(c, b - a) for c, (a, b) in zip(segment_compressors(comp, r.s.d, t.size), bounds(r.s.d, t.size))]
+    warm_jit(sorted({r.comp.spec for r in runs}), t, sizes=sizes, kernels=sorted(kernels, key=lambda k: k.__module__))
     attrs = provenance.collect(t, list(argv))
     probe = machine.Probe(t)                   # the machine's load and CPU at the start, our CPU time from here
     writer, err = None, None
