@@ -23,6 +23,8 @@ float32 (a value beyond 3.4e38) is an overflow: the run ends with status ``overf
 
 Gather / allgather form (each rank's own scale, the same q and kernels): header | float32 s_i |
 d int8 values; its ω is at most the one above (a rank's own scale is at most the shared one).
+Under ``reduce-scatter`` each segment is sent in that form (its own scale; the owner decodes and
+sums in float64, so the int8 range is not what limits the sum there).
 """
 from __future__ import annotations
 
@@ -54,7 +56,8 @@ class Int8(Compressor):
                    "q = 127/n levels per rank so the int8 sum is exact; unbiased; bits 8d + 32")
     FORMAT_ID = 14
     unbiased = True
-    collectives = ("gather", "allreduce", "allgather")
+    collectives = ("gather", "allreduce", "allgather", "reduce-scatter")
+    segment_wise = True            # reduce-scatter: the gather form on each segment (decoded in float64)
     kernels = (casts.warm,)
 
     def _init(self) -> None:
