@@ -66,8 +66,8 @@ commands (each has --help, e.g. `hpcgc report --help`):
   report    figures, tables and a self-contained report.html from results files (docs/analysis.md;
             needs the analysis extra: pip install "hpcgc[analysis]")
   project   the projected time-to-epsilon on other networks (docs/projection.md)
-  breakeven the bandwidth below which each method beats the uncompressed Allreduce, from results
-            files and a collectives file (docs/breakeven.md)
+  breakeven the bandwidth below which each method beats the fastest fp16/bf16/fp32 Allreduce,
+            from results files and a collectives file (docs/breakeven.md)
 
 experiment keys (--set section.key=value; values are TOML literals, else strings):
 {keys}

@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from hpcgc import results
+from hpcgc.analysis import baselines
 from hpcgc.analysis import breakeven as be
+from hpcgc.analysis import costmodels as cm
 from tests.conftest import ROOT, mpi_env, run_mpi, show
 
 ALPHA = 1e-5                   # 10 µs
@@ -140,6 +142,108 @@ def test_break_even_cases():
     assert be.BreakEven("below", 1000.0).text(0.1, 400) == "below 1e+03 Gb/s (outside the sweep)"
 
 
+# -- the baseline a user would run: fastest of fp32 / fp16 / bf16, a modelled 16-bit one otherwise -------
+
+TARGET = be.Target("suboptimality", 1e-3)
+
+
+def allreduce_toy(precision, iterations=100, label=None):
+    m = toy("allreduce", iterations, 9e-3, 1e-3, 4e6 * baselines.BITS[precision] / 32, baseline=True,
+            label=label or f"allreduce {precision}")
+    m.precision = precision
+    return m
+
+
+def test_precision_of_specs():
+    assert baselines.precision_of("identity", "allreduce") == "fp32"
+    assert baselines.precision_of("identity:fp64=true", "allreduce") == "fp64"
+    assert baselines.precision_of("identity:fp16", "allreduce") == "fp16"
+    assert baselines.precision_of("identity:bf16", "allreduce") == "bf16"
+    assert baselines.precision_of("identity:int8", "allreduce") is None       # lossy: not a baseline
+    assert baselines.precision_of("identity", "gather") is None
+    assert baselines.precision_of("qsgd:s=4", "allreduce") is None
+
+
+def test_no_16bit_run_models_one_from_fp32_and_says_so():
+    fp32 = allreduce_toy("fp32")
+    c = baselines.choose([fp32, RANDK], TARGET, be.gbps_to_beta(1.0), ALPHA, time_of=lambda m: 1.0)
+    base = c.base
+    assert base.modelled and base.precision == "fp16" and c.wide is fp32 and base.runs == []
+    assert "modelled" in base.label and "modelled" in c.tag(base) and "second line" in c.tag(fp32)
+    # the same iterations and non-transfer time, half the bytes: Rabenseifner on 2e6 B at n = 4
+    assert base.iterations == 100 and base.up_bytes == 2e6
+    assert base.affine(N, ALPHA) == pytest.approx((100 * (10e-3 + 4 * ALPHA), 100 * 1.5 * 2e6), rel=1e-12)
+    # rand-k against the modelled fp16 baseline, by hand: 2.108 + 1.2e7 β < 1.004 + 3e8 β
+    r = be.method_break_even(RANDK, base, N, ALPHA)
+    assert r.kind == "below" and r.gbps == pytest.approx(gbps((3e8 - 1.2e7) / (2.108 - 1.004)), rel=1e-9)
+    assert be.method_break_even(RANDK, fp32, N, ALPHA).gbps > r.gbps        # the fp32 line flatters it
+
+
+def test_fastest_measured_baseline_wins_and_is_named():
+    fp32, fp16, bf16 = allreduce_toy("fp32"), allreduce_toy("fp16"), allreduce_toy("bf16")
+    times = {id(fp32): 5.0, id(fp16): 3.0, id(bf16): 2.9}
+    for m in (fp32, fp16, bf16):
+        m.runs = ["measured"]            # time_of stands for the measured time to target
+    pick = lambda ms: baselines.choose(ms, TARGET, 8e-9, ALPHA, time_of=lambda m: times[id(m)])
+    c = pick([fp32, fp16, bf16, RANDK])
+    assert c.base is bf16 and c.wide is fp32 and c.tag(bf16) == " [baseline: bf16]"
+    assert "fastest" in c.how and "fp32 5 s" in c.how
+    # on shared memory the cast may cost more than the bytes it saves: then fp32 is the baseline
+    times[id(fp32)] = 2.0
+    assert pick([fp32, fp16, bf16]).base is fp32
+    # a 16-bit run that misses the target is not a candidate, and is not replaced by a modelled one
+    slow = allreduce_toy("fp16", iterations=float("nan"))
+    slow.runs = ["measured"]
+    times[id(fp32)] = 5.0
+    c = pick([fp32, slow])
+    assert c.base is fp32 and not c.base.modelled
+    # ties go to 16 bits
+    times[id(fp32)] = times[id(fp16)]
+    assert pick([fp32, fp16]).base is fp16
+
+
+def test_reduce_scatter_model_by_hand():
+    # DIANA + qsgd under reduce-scatter: 262 144 B per stage (both stages' whole vectors), 150 iterations
+    rs = toy("reduce-scatter", 150, 11e-3, 2e-3, 262_144, down=262_144)
+    # n = 4: 10 latencies, 393 240 B through the links (tests/test_costmodels.py by hand); compute constant
+    assert rs.affine(N, ALPHA) == pytest.approx((150 * (13e-3 + 10 * ALPHA), 150 * 393_240), rel=1e-12)
+    assert [op for op, _, _ in rs.messages()] == ["reduce_scatter", "segment_allgather"]
+    for n in (4, 128, 1024):
+        a, b, _ = cm.compressed_allreduce_coefficients(262_144, 262_144, n)
+        p, q = rs.affine(n, ALPHA)
+        assert (p, q) == pytest.approx((150 * (13e-3 + float(a) * ALPHA), 150 * float(b)), rel=1e-12)
+    # against the fp16 Allreduce (2e6 B, 100 iterations) at n = 1024: Rabenseifner 20 latencies,
+    # 2·1023/1024·2e6 B; the method 1053 latencies and 548 348 B
+    fp16 = allreduce_toy("fp16")
+    pb, qb = 100 * (10e-3 + 20 * ALPHA), 100 * 2 * 1023 / 1024 * 2e6
+    pm, qm = 150 * (13e-3 + 1053 * ALPHA), 150 * 548_348
+    r = be.method_break_even(rs, fp16, 1024, ALPHA)
+    assert r.kind == "below" and r.gbps == pytest.approx(gbps((qb - qm) / (pm - pb)), rel=1e-9)
+    # the Allgather form of the same message never pays at n = 1024: its bytes grow ∝ n
+    ag = toy("allgather", 150, 11e-3, 2e-3, 262_148)
+    assert be.method_break_even(ag, fp16, 1024, ALPHA).kind == "never"
+
+
+def test_panel_rows_have_the_n128_and_n1024_columns_and_both_baselines():
+    fp32 = allreduce_toy("fp32", label="uncompressed allreduce")
+    rs = toy("reduce-scatter", 150, 11e-3, 2e-3, 262_144, down=262_144, label="diana qsgd")
+    choice = baselines.choose([fp32, rs], TARGET, 8e-9, ALPHA, time_of=lambda m: 1.0)
+    rep = be.Report(TARGET, be.Latency(ALPHA, "test"), np.geomspace(0.1, 400, 5), [], 0.0, {})
+    be.panel_rows(rep, "toy", choice, [choice.base, fp32, rs], [4, 128, 1024])
+    base_row, wide_row, rs_row = rep.rows
+    assert base_row["method"].endswith("[baseline: fp16, modelled]") and base_row["reached"] == "modelled"
+    assert base_row["break_even_n1024"] == "baseline" and wide_row["method"].endswith("[fp32 baseline: second line]")
+    assert rs_row["baseline"] == "fp16 (modelled)"
+    for col, n in (("run_n", N), ("n128", 128), ("n1024", 1024)):
+        want = be.method_break_even(rs, choice.base, n, ALPHA)
+        assert rs_row[f"break_even_{col}"] == want.text(0.1, 400)
+        assert rs_row[f"break_even_gbps_{col}"] == pytest.approx(want.gbps, rel=1e-12)
+        want32 = be.method_break_even(rs, fp32, n, ALPHA)
+        assert rs_row[f"break_even_{col}_fp32"] == want32.text(0.1, 400)
+    assert set(be.COLUMNS) >= set(rs_row) and {"break_even_n1024", "break_even_run_n_fp32"} <= set(be.MD_COLUMNS)
+    assert {(r["method"], r["n"]) for r in rep.n_rows} >= {("diana qsgd", 1024), ("diana qsgd", 128)}
+
+
 # -- the command on real results ---------------------------------------------------------------------
 EXPERIMENT = """
 name = "breakeven-test"
@@ -206,9 +310,15 @@ def test_command_writes_figures_and_table(produced, tmp_path):
     assert p.returncode == 0, show(p)
     assert "break_even_run_n" in p.stdout and "warning" not in p.stderr
     rows = _csv(tmp_path / "breakeven.csv")
-    assert [r["method"] for r in rows] == ["uncompressed allreduce [baseline]", "diana qsgd gather"]
-    base, diana = rows
-    assert base["break_even_run_n"] == "baseline" and int(base["ranks"]) == 2
+    # no fp16/bf16 run in the files: the 16-bit baseline is modelled from the float32 one, and says so
+    assert [r["method"] for r in rows] == [
+        "allreduce identity:fp16 (modelled from uncompressed allreduce: its iterations and compute, 0.5× its bytes)"
+        " [baseline: fp16, modelled]", "uncompressed allreduce [fp32 baseline: second line]", "diana qsgd gather"]
+    b16, base, diana = rows
+    assert b16["break_even_run_n"] == "baseline" and b16["reached"] == "modelled" and int(b16["ranks"]) == 2
+    assert base["break_even_run_n_fp32"] == "baseline" and int(base["ranks"]) == 2
+    assert {r["baseline"] for r in rows} == {"fp16 (modelled)"} and "modelled" in p.stdout
+    assert float(b16["up_bytes_per_worker_iter"]) == 60.0 and b16["iterations_to_target"] == base["iterations_to_target"]
     assert diana["collective"] == "gather"
     # d = 30: the baseline's vector is 30 float32 per rank; DIANA's message 4 + 24 bytes
     assert float(base["up_bytes_per_worker_iter"]) == 120.0
@@ -241,10 +351,16 @@ def test_command_writes_figures_and_table(produced, tmp_path):
     p_m = k_m * (busy(pd) + 3 * lat.alpha)
     q_m = k_m * (4 + (up_m - 4) + 248)
     assert d_run.attrs["d"] == 30 and up_b == 120
-    expect = be.break_even(p_m, q_m, p_b, q_b)
-    assert diana["break_even_run_n"] == expect.text(0.1, 400)
+    expect = be.break_even(p_m, q_m, p_b, q_b)              # against the float32 Allreduce: the second line
+    assert diana["break_even_run_n_fp32"] == expect.text(0.1, 400)
     if expect.kind in ("below", "above"):
-        assert float(diana["break_even_gbps_run_n"]) == pytest.approx(expect.gbps, rel=1e-5)
+        assert float(diana["break_even_gbps_run_n_fp32"]) == pytest.approx(expect.gbps, rel=1e-5)
+    # against the modelled fp16 Allreduce: the same iterations and time, 60 B instead of 120 (α + 60β)
+    expect16 = be.break_even(p_m, q_m, p_b, k_b * up_b / 2)
+    assert diana["break_even_run_n"] == expect16.text(0.1, 400)
+    if expect16.kind in ("below", "above"):
+        assert float(diana["break_even_gbps_run_n"]) == pytest.approx(expect16.gbps, rel=1e-5)
+    assert diana["break_even_n1024"] and diana["break_even_n1024_fp32"]
     t1 = p_m + q_m * 8e-9                                   # 1 Gb/s: β = 8 ns/B
     assert float(diana["time_s_at_1Gbps"]) == pytest.approx(t1, rel=1e-6)    # float32 phase times
     # iterations to target: the first recorded row with f − f* ≤ 1e-3

@@ -140,3 +140,35 @@ def test_projection_keeps_its_documented_formulas():
     assert down[1] == pytest.approx(10 * 2 * (A + 808 * B), rel=1e-12)
     up, _ = proj.network_time(costs("gather", 10 * (P - 1) * 504, 10 * 808), net, "tree")
     assert up[1] == pytest.approx(10 * 2 * 2 * A + 10 * (P - 1) * 504 * B, rel=1e-12)
+
+
+def test_alltoall_formulas():
+    # Thakur et al. 2005 §4.5: pairwise (p − 1)(α + mβ); Bruck ⌈lg p⌉α + (p·m/2)⌈lg p⌉β for m ≤ 256 B, p ≥ 8
+    assert close(cm.alltoall(1000, 4, A, B), 3 * (A + 1000 * B))
+    assert close(cm.alltoall(4, 4, A, B), 3 * (A + 4 * B))                   # p < 8: pairwise
+    assert close(cm.alltoall(4, 128, A, B), 7 * A + 128 * 4 / 2 * 7 * B)     # Bruck
+    assert close(cm.alltoall(4, 128, A, B, "pairwise"), 127 * (A + 4 * B))
+    assert close(cm.alltoall(257, 128, A, B), 127 * (A + 257 * B))
+    # Alltoallv: p − 1 messages, the bytes that leave the process
+    assert close(cm.alltoallv(3000, 4, A, B), 3 * A + 3000 * B)
+
+
+def test_compressed_allreduce_by_hand():
+    """reduce-scatter + allgather of a compressed vector of 262 144 B (both stages), by hand."""
+    c = 262_144
+    # n = 4: Alltoall of 4-byte lengths (p < 8: pairwise) 3α + 12β; Alltoallv of 3/4·c: 3α + 196 608β;
+    # Allgather of the lengths (16 B in all, p a power of two: recursive doubling) 2α + 12β;
+    # Allgatherv of c/4 per rank (c in all < 512 KiB: recursive doubling) 2α + 196 608β
+    a, b, g = cm.compressed_allreduce_coefficients(c, c, 4)
+    assert (float(a), float(b), float(g)) == (10.0, 393_240.0, 0.0)
+    assert close(cm.compressed_allreduce(c, c, 4, A, B), 10 * A + 393_240 * B)
+    # n = 128: Bruck Alltoall 7α + 128·4/2·7 = 1792β; Alltoallv 127α + 127/128·c = 260 096β;
+    # lengths 7α + 127/128·512 = 508β; Allgatherv of 2048-byte blocks 7α + 260 096β
+    a, b, _ = cm.compressed_allreduce_coefficients(c, c, 128)
+    assert (float(a), float(b)) == (148.0, 1792 + 260_096 + 508 + 260_096)
+    # n = 1024: 10α + 1024·2·10β; 1023α + 1023/1024·c; 10α + 1023/1024·4096; 10α + 1023/1024·c
+    a, b, _ = cm.compressed_allreduce_coefficients(c, c, 1024)
+    assert (float(a), float(b)) == (1053.0, 20_480 + 261_888 + 4092 + 261_888)
+    # the bandwidth term is bounded in n (≈ 2(n − 1)/n·c + lengths), where an Allgather's grows ∝ n
+    _, b_ag, _ = cm.coefficients("allgather", c, 1024)
+    assert float(b) < 2.1 * c < float(b_ag) / 100

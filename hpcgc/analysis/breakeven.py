@@ -1,4 +1,4 @@
-"""``hpcgc breakeven``: below which bandwidth does a method beat the uncompressed Allreduce?
+"""``hpcgc breakeven``: below which bandwidth does a method beat the Allreduce a user would run?
 
 For every method of an experiment (algorithm × compressor × collective) the time to reach the
 experiment's target on a network of latency α and inverse bandwidth β, with ``n`` processes, is
@@ -22,10 +22,15 @@ experiment's target on a network of latency α and inverse bandwidth β, with ``
   ``gather``    MPI_Gather of the 4-byte lengths + MPI_Gatherv of (n − 1) payloads into the root,
                 then MPI_Bcast of the iterate (a compressed downlink: an 8-byte header + the payload)
   ``allreduce`` ``exchange_rounds`` MPI_Allreduce calls of the worker's vectors (PowerSGD: 2)
-  ``allgather`` MPI_Allgather of the lengths + MPI_Allgatherv of the payloads.
+  ``allgather`` MPI_Allgather of the lengths + MPI_Allgatherv of the payloads
+  ``reduce-scatter`` MPI_Alltoall of the segment lengths + MPI_Alltoallv of the compressed segments,
+                MPI_Allgather of the lengths + MPI_Allgatherv of the re-compressed reduced segments
+                (:mod:`hpcgc.analysis.reducescatter`).
 
-T is affine in β for fixed n, so a method m beats the baseline b (identity under
-``run.collective = "allreduce"``) where ΔP + ΔQ·β < 0, with P = K(c + aα + gγ), Q = K·b: the
+The baseline b is the fastest uncompressed-equivalent Allreduce among fp16, bf16 and float32 that
+reaches the target (:mod:`hpcgc.analysis.baselines`; a 16-bit one modelled from the float32 run when
+there is no fp16/bf16 run, labelled so), the float32 one a second line. T is affine in β for fixed
+n, so a method m beats the baseline b where ΔP + ΔQ·β < 0, with P = K(c + aα + gγ), Q = K·b: the
 **break-even bandwidth** 1/β* with β* = ΔP / (−ΔQ) is exact, not read off a grid
 (:func:`break_even`). α comes from a ``bench collectives`` file (each collective's fitted latency
 divided by its model's latency coefficient at the file's rank count; the median over collectives)
@@ -43,13 +48,15 @@ from pathlib import Path
 import numpy as np
 
 from ..collectives import format_bytes
+from . import baselines, tables
 from . import costmodels as cm
-from . import tables
 from .projection import LENGTH_BYTES, first_reached
+from .reducescatter import RS_COLLECTIVE, RS_OPS, rs_messages, rs_op_coefficients, rs_stage_bytes
 
 COMPUTE_PHASES = ("grad", "compress", "server")
 HEADER_BYTES = 8                 # a compressed downlink's first Bcast (length, control word)
 N_REFERENCE = 128                # the table's second rank count
+N_LARGE = 1024                   # and its third (the compressed reduce-scatter's scaling)
 BITS = 8e9                       # Gb/s → bytes/s: × 1e9 / 8
 
 
@@ -160,12 +167,14 @@ class MethodModel:
     runs: list = field(default_factory=list, repr=False)
     idle: float = 0.0          # seconds per iteration: rank 0's wait_up + wait_down
     other: float = 0.0         # seconds per iteration: rank 0's bookkeeping (``other``)
+    precision: str = ""        # an uncompressed-equivalent Allreduce's wire type (baselines.precision_of)
+    modelled: bool = False     # a baseline modelled from another run (baselines.modelled_16bit)
 
     def compute(self, n) -> np.ndarray:
         """Seconds per iteration that are not transfers, at n processes: compute (the server's decoding
         ∝ n, except under Allreduce), idle and bookkeeping."""
         n = np.asarray(n, dtype=float)
-        scale = 1.0 if self.collective == "allreduce" else n / self.ranks
+        scale = 1.0 if self.collective in ("allreduce", RS_COLLECTIVE) else n / self.ranks
         return self.workers + self.server * scale + self.idle + self.other
 
     def messages(self) -> list[tuple[str, float, int]]:
@@ -203,8 +212,10 @@ def op_coefficients(op: str, nbytes, n):
         return _add(cm.coefficients("gather", LENGTH_BYTES, n), cm.coefficients("gatherv", (n - 1) * nbytes, n))
     if op == "allgather":
         return _add(cm.coefficients("allgather", LENGTH_BYTES, n), cm.coefficients("allgather", nbytes, n))
-    if op in ("bcast", "allreduce"):
+    if op in ("bcast", "allreduce", "alltoall", "alltoallv"):
         return cm.coefficients(op, nbytes, n)
+    if op in RS_OPS:
+        return rs_op_coefficients(op, nbytes, n)
     raise ValueError(f"unknown operation {op!r}")
 
 
@@ -217,6 +228,8 @@ def iteration_messages(collective: str, up_bytes, down_bytes, rounds: int = 1,
     the iteration (a compressed downlink: an 8-byte header, then the payload)."""
     if collective == "allreduce":
         return [("allreduce", float(up_bytes) / rounds, rounds)]
+    if collective == RS_COLLECTIVE:
+        return rs_messages(up_bytes, down_bytes)
     payload = max(float(up_bytes) - LENGTH_BYTES, 0.0)
     if collective == "allgather":
         return [("allgather", payload, 1)]
@@ -258,6 +271,8 @@ def measure_run(ri, target: Target) -> dict:
         crossed = np.ones(wire.shape[1], dtype=bool)
     up = float(wire[-1, crossed].mean() / 8 / k) if wire.size else 0.0
     down = float(np.asarray(r.series.get("bits_down_wire", [0.0]), dtype=float)[-1] / 8 / k)
+    if collective == RS_COLLECTIVE:              # up, down: the two stages' whole compressed vectors
+        up, down = rs_stage_bytes(r, up, k, crossed, ri.ranks)
     t = first_reached(target_series(r, target.metric), target.eps)
     return {"iterations": float(it[t]) if t is not None else float("nan"),
             "workers": ph["grad"] + ph["compress"], "server": ph["server"],
@@ -268,9 +283,9 @@ def measure_run(ri, target: Target) -> dict:
 
 
 def is_baseline(ri) -> bool:
-    """The uncompressed Allreduce: identity under ``run.collective = "allreduce"``."""
-    comp = str(ri.attrs.get("compressor_name") or ri.attrs.get("compressor", ""))
-    return ri.attrs.get("collective", "gather") == "allreduce" and comp.split(":")[0] == "identity"
+    """An uncompressed-equivalent Allreduce: identity (float32, float64) or its fp16/bf16 cast under
+    ``run.collective = "allreduce"`` (:func:`hpcgc.analysis.baselines.run_precision`)."""
+    return baselines.run_precision(ri) is not None
 
 
 def _label(label: str) -> str:
@@ -294,7 +309,7 @@ def method_models(coll, target: Target) -> list[MethodModel]:
             reached=f"{reached}/{len(its)}", workers=mean["workers"], server=mean["server"],
             up_bytes=mean["up"], down_bytes=mean["down"], rounds=per[0]["rounds"],
             down_bcasts=per[0]["down_bcasts"], baseline=is_baseline(m.runs[0]), runs=m.runs,
-            idle=mean["idle"], other=mean["other"]))
+            idle=mean["idle"], other=mean["other"], precision=baselines.run_precision(m.runs[0]) or ""))
     seen: dict = {}
     for mm in out:
         seen.setdefault((mm.panel, mm.label), []).append(mm)
@@ -398,8 +413,11 @@ def latency_from_collectives(path, require_alpha: bool = True) -> Latency:
 
 # -- the report ------------------------------------------------------------------------------------
 COLUMNS = ("panel", "method", "collective", "ranks", "reached", "iterations_to_target", "compute_ms_per_iter",
-           "up_bytes_per_worker_iter", "down_bytes_per_iter", "break_even_run_n", "break_even_gbps_run_n",
-           "break_even_n128", "break_even_gbps_n128", "time_s_at_1Gbps", "time_s_at_100Gbps")
+           "up_bytes_per_worker_iter", "down_bytes_per_iter", "baseline", "break_even_run_n", "break_even_gbps_run_n",
+           "break_even_n128", "break_even_gbps_n128", "break_even_n1024", "break_even_gbps_n1024",
+           "break_even_run_n_fp32", "break_even_gbps_run_n_fp32", "break_even_n128_fp32",
+           "break_even_gbps_n128_fp32", "break_even_n1024_fp32", "break_even_gbps_n1024_fp32",
+           "time_s_at_1Gbps", "time_s_at_100Gbps")
 SPREAD_COLUMNS = ("spread_over", "runs", "iterations_to_target_median", "iterations_to_target_lo",
                   "iterations_to_target_hi", "compute_ms_per_iter_median", "compute_ms_per_iter_lo",
                   "compute_ms_per_iter_hi", "break_even_run_n_interval", "break_even_gbps_run_n_lo",
@@ -412,8 +430,11 @@ SPREAD_MD_COLUMNS = ("method", "spread_over", "runs", "iterations_to_target_medi
                      "measurably_faster_at_100Gbps")
 COLUMNS += SPREAD_COLUMNS
 MD_COLUMNS = ("method", "collective", "ranks", "iterations_to_target", "compute_ms_per_iter",
-              "up_bytes_per_worker_iter", "break_even_run_n", "break_even_n128", "time_s_at_1Gbps",
+              "up_bytes_per_worker_iter", "baseline", "break_even_run_n", "break_even_n128", "break_even_n1024",
+              "break_even_run_n_fp32", "break_even_n128_fp32", "break_even_n1024_fp32", "time_s_at_1Gbps",
               "time_s_at_100Gbps")
+N_COLUMNS = ("panel", "method", "collective", "n", "baseline", "break_even", "break_even_gbps",
+             "break_even_fp32", "break_even_gbps_fp32")
 
 
 @dataclass
@@ -428,6 +449,7 @@ class Report:
     n_rows: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     models: list = field(default_factory=list)
+    choices: dict = field(default_factory=dict)     # panel -> baselines.Choice
 
 
 def bandwidth_sweep(lo: float, hi: float, points: int) -> np.ndarray:
@@ -470,31 +492,20 @@ def build(results, latency: Latency, gbps, n_max: int = 1024, eps=None, metric=N
         if not reached:
             raise BreakEvenError(f"the uncompressed Allreduce baseline of {title} ({bases[0].label}) never reaches "
                                  f"{target.describe()}; choose a target it reaches with --eps")
-        base = min(reached, key=lambda b: b.iterations)
+        beta_ref = float(gbps_to_beta(latency.machine_gbps if math.isfinite(latency.machine_gbps) else 1.0))
+        choice = baselines.choose(ms, target, beta_ref, latency.alpha, gamma)
+        base = choice.base
+        if base.modelled:
+            ms = [base, *ms]
         rep.panels[panel] = (base, ms)
+        rep.choices[panel] = choice
+        rep.notes.append(f"{title}: baseline {choice.how}")
         if latency.ranks and latency.ranks != base.ranks:
             rep.notes.append(f"warning: the collectives file was measured at n = {latency.ranks}, the runs of "
                              f"{title} at n = {base.ranks}; using α = {latency.alpha * 1e6:.3g} µs derived from "
                              f"the n = {latency.ranks} measurements (through the cost models) for every n")
         ns = sorted({*powers, base.ranks})
-        for m in ms:
-            be_run = method_break_even(m, base, m.ranks, latency.alpha, gamma)
-            be_128 = method_break_even(m, base, N_REFERENCE, latency.alpha, gamma)
-            t1, t100 = (float(m.time(m.ranks, latency.alpha, gbps_to_beta(g), gamma)) for g in (1, 100))
-            rep.rows.append({
-                "panel": title, "method": m.label + (" [baseline]" if m is base else ""),
-                "collective": m.collective, "ranks": m.ranks, "reached": m.reached,
-                "iterations_to_target": m.iterations,
-                "compute_ms_per_iter": 1e3 * float(m.compute(m.ranks)),
-                "up_bytes_per_worker_iter": m.up_bytes, "down_bytes_per_iter": m.down_bytes,
-                "break_even_run_n": be_run.text(gbps[0], gbps[-1]), "break_even_gbps_run_n": be_run.gbps,
-                "break_even_n128": be_128.text(gbps[0], gbps[-1]), "break_even_gbps_n128": be_128.gbps,
-                "time_s_at_1Gbps": t1, "time_s_at_100Gbps": t100})
-            rep.rows[-1].update(spread_row(m, base, target, latency, gamma))
-            for n in ns:
-                be = method_break_even(m, base, n, latency.alpha, gamma)
-                rep.n_rows.append({"panel": title, "method": m.label, "collective": m.collective, "n": n,
-                                   "break_even": be.kind, "break_even_gbps": be.gbps})
+        panel_rows(rep, title, choice, ms, ns)
         rep.ns = ns
     return rep
 
@@ -591,6 +602,39 @@ def spread_markdown(rep: Report) -> str:
             "of the median; [min, max] below 6 runs, with its actual coverage); measurably faster = the modelled "
             "time-to-target intervals of the method and the baseline do not overlap")
     return tables.markdown_table(rep.rows, SPREAD_MD_COLUMNS, title=head)
+
+
+def panel_rows(rep: Report, title: str, choice, ms: list, ns: list):
+    """The table rows (``rep.rows``) and the break-even against n (``rep.n_rows``) of one panel: the
+    break-even against the chosen baseline at the runs' n, :data:`N_REFERENCE` and :data:`N_LARGE`,
+    and against the float32 Allreduce (the second line, columns ``*_fp32``)."""
+    base, wide = choice.base, choice.wide
+    lo, hi = rep.gbps[0], rep.gbps[-1]
+    alpha, gamma = rep.latency.alpha, rep.gamma
+    for m in ms:
+        row = {"panel": title, "method": m.label + choice.tag(m), "collective": m.collective, "ranks": m.ranks,
+               "reached": m.reached if not m.modelled else "modelled", "iterations_to_target": m.iterations,
+               "compute_ms_per_iter": 1e3 * float(m.compute(m.ranks)),
+               "up_bytes_per_worker_iter": m.up_bytes, "down_bytes_per_iter": m.down_bytes,
+               "baseline": base.precision + (" (modelled)" if base.modelled else "")}
+        for tag, against in (("", base), ("_fp32", wide)):
+            for col, n in (("run_n", m.ranks), ("n128", N_REFERENCE), ("n1024", N_LARGE)):
+                if against is None:
+                    be = BreakEven("none")
+                else:
+                    be = method_break_even(m, against, n, alpha, gamma)
+                row[f"break_even_{col}{tag}"] = be.text(lo, hi) if against is not None else "no fp32 run"
+                row[f"break_even_gbps_{col}{tag}"] = be.gbps
+        row["time_s_at_1Gbps"], row["time_s_at_100Gbps"] = (
+            float(m.time(m.ranks, alpha, gbps_to_beta(g), gamma)) for g in (1, 100))
+        row.update(spread_row(m, base, rep.target, rep.latency, gamma))
+        rep.rows.append(row)
+        for n in ns:
+            be = method_break_even(m, base, n, alpha, gamma)
+            b32 = method_break_even(m, wide, n, alpha, gamma) if wide is not None else BreakEven("none")
+            rep.n_rows.append({"panel": title, "method": m.label, "collective": m.collective, "n": n,
+                               "baseline": row["baseline"], "break_even": be.kind, "break_even_gbps": be.gbps,
+                               "break_even_fp32": b32.kind, "break_even_gbps_fp32": b32.gbps})
 
 
 # -- the model checked against measured runs --------------------------------------------------------
@@ -867,7 +911,8 @@ def figures(rep: Report, out: Path) -> list[Path]:
         ax.set_yscale("log")
         ax.set_xlabel("processes n")
         ax.set_ylabel("break-even bandwidth (Gb/s): the method wins below it")
-        ax.set_title(f"against the uncompressed Allreduce, α = {rep.latency.alpha * 1e6:.3g} µs", fontsize=9)
+        ax.set_title(f"against the {base.precision} Allreduce{' (modelled)' if base.modelled else ''}, "
+                     f"α = {rep.latency.alpha * 1e6:.3g} µs", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=7)
@@ -890,9 +935,12 @@ def band(ax, m: MethodModel, rep: Report, n: int, beta, color) -> None:
 
 
 def markdown(rep: Report) -> str:
-    head = (f"Break-even against the uncompressed Allreduce: time to {rep.target.describe()}, "
-            f"α = {rep.latency.alpha * 1e6:.3g} µs ({rep.latency.source}), bandwidth swept "
-            f"{rep.gbps[0]:g}–{rep.gbps[-1]:g} Gb/s; break-even = the bandwidth below which the method is faster")
+    chosen = "; ".join(f"{tables.panel_title(p)}: {c.how}" for p, c in rep.choices.items())
+    head = (f"Break-even against the fastest uncompressed-equivalent Allreduce (fp16, bf16 or fp32) that reaches "
+            f"the target, time to {rep.target.describe()} — {chosen}; columns *_fp32: against the float32 "
+            f"Allreduce (the second line). α = {rep.latency.alpha * 1e6:.3g} µs ({rep.latency.source}), bandwidth "
+            f"swept {rep.gbps[0]:g}–{rep.gbps[-1]:g} Gb/s; n = {N_REFERENCE} and {N_LARGE} projected; "
+            f"break-even = the bandwidth below which the method is faster")
     return tables.markdown_table(rep.rows, MD_COLUMNS, title=head)
 
 
@@ -902,8 +950,12 @@ def build_parser():
         prog="hpcgc breakeven",
         description="For every method of an experiment (algorithm × compressor × collective): the modelled "
                     "time to the experiment's target against the link bandwidth, and the break-even bandwidth "
-                    "below which the method beats the uncompressed Allreduce (identity under "
-                    "run.collective = \"allreduce\"), at the runs' rank count and at n = 128. The model: the "
+                    "below which the method beats the fastest uncompressed-equivalent Allreduce that reaches the "
+                    "target among identity:fp16, identity:bf16 and identity (float32) under run.collective = "
+                    "\"allreduce\" (16 bits by default; without an fp16/bf16 run the 16-bit one is modelled "
+                    "from the float32 run - its iterations and compute, half its bytes - and labelled "
+                    "'modelled'; the float32 one is a second set of columns, *_fp32), at the runs' rank "
+                    "count and at n = 128 and 1024. The model: the "
                     "runs' measured time per iteration outside the transfers (compute, idle, bookkeeping: rank 0's "
                     "means after the first iteration) and iterations to target, and MPICH's "
                     "collective algorithms (Thakur, Rabenseifner & Gropp 2005) with the runs' message sizes "
@@ -927,7 +979,7 @@ def build_parser():
                "  mpiexec -n 4 hpcgc collectives --max-size 64M -o coll.h5\n"
                "  hpcgc breakeven results/does-it-pay.h5 --collectives coll.h5 -o breakeven/\n\n"
                "exit status 2 on bad input (α or β not finite and > 0, an empty sweep, no common target,\n"
-               "no uncompressed Allreduce baseline).")
+               "no uncompressed-equivalent Allreduce baseline).")
     p.add_argument("results", nargs="+", help="results files (.h5, .h5.partial) and/or directories of them")
     p.add_argument("--collectives", metavar="COLL.h5",
                    help="a `hpcgc collectives` file: α (point to point) = each collective's fitted latency "
@@ -983,8 +1035,7 @@ def main(argv=None) -> int:
     if checked:
         tables.write_csv(out / "check.csv", checked, CHECK_COLUMNS)
     tables.write_csv(out / "breakeven.csv", rep.rows, COLUMNS)
-    tables.write_csv(out / "breakeven-n.csv", rep.n_rows, ("panel", "method", "collective", "n", "break_even",
-                                                           "break_even_gbps"))
+    tables.write_csv(out / "breakeven-n.csv", rep.n_rows, N_COLUMNS)
     (out / "breakeven.md").write_text(md + "\n")
     figs = figures(rep, out)
     print(f"# wrote {out / 'breakeven.md'}, {out / 'breakeven.csv'}, {out / 'breakeven-n.csv'}, "

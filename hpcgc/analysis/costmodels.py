@@ -32,7 +32,14 @@ bcast           buffer bytes [n]             binomial, scatter_allgather (recurs
 gather          block per rank [n = p·b]     binomial (MPICH's MPI_Gather), linear
 gatherv         bytes into the root          linear (MPICH's MPI_Gatherv), binomial
 allgather       block per rank [n = p·b]     recursive_doubling, bruck, ring (Allgatherv: mean block)
+alltoall        block per destination        bruck, pairwise (MPICH's isend/irecv: the same terms)
+alltoallv       bytes each rank sends to     pairwise (MPICH's Alltoallv: isend/irecv or pairwise)
+                the others in all
 ==============  ===========================  ===========================================================
+
+Composed: :func:`compressed_allreduce` — hpcgc's ``run.collective = "reduce-scatter"``: Alltoall of
+the segment lengths + Alltoallv of the compressed segments + Allgather of the lengths + Allgatherv of
+the re-compressed reduced segments (CGX, Markov et al. 2022; ``docs/cost-models.md``).
 
 What the models ignore (``docs/cost-models.md``): link contention and the topology (every pair of
 processes has its own link of the same α, β), several processes sharing a node (shared memory, a
@@ -50,6 +57,8 @@ BCAST_LONG = 524288             # <, with p a power of two: scatter + recursive-
 BCAST_MIN_PROCS = 8             # p < 8: binomial tree at every size
 ALLGATHER_SHORT = 81920         # total < : Bruck (p not a power of two)
 ALLGATHER_LONG = 524288         # total < , p a power of two: recursive doubling; else ring
+ALLTOALL_SHORT = 256            # block ≤ , p ≥ 8: Bruck; else isend/irecv or pairwise exchange
+ALLTOALL_MIN_PROCS = 8          # MPIR_CVAR_ALLTOALL_SHORT_MSG_SIZE = 256 and Bruck needs p ≥ 8
 
 ALGORITHMS = {
     "allreduce": ("auto", "recursive_doubling", "rabenseifner", "ring"),
@@ -57,6 +66,8 @@ ALGORITHMS = {
     "gather": ("auto", "binomial", "linear"),
     "gatherv": ("auto", "linear", "binomial"),
     "allgather": ("auto", "recursive_doubling", "bruck", "ring"),
+    "alltoall": ("auto", "bruck", "pairwise"),
+    "alltoallv": ("auto", "pairwise"),
 }
 
 
@@ -189,8 +200,35 @@ def _allgather_coef(m, p, algorithm):
     return tuple(np.where(use_tree, t, r) for t, r in zip(tree, ring))
 
 
+def _alltoall_coef(m, p, algorithm):
+    """Thakur et al. 2005 §4.5, ``m`` the block each process sends to each other one (N = p·m):
+    Bruck ⌈lg p⌉·α + (N/2)·⌈lg p⌉·β (each of the ⌈lg p⌉ rounds forwards about half the data);
+    pairwise exchange (and MPICH's isend/irecv for medium blocks, which posts the same p − 1
+    messages at once) (p − 1)·α + (p − 1)·m·β — every block but the own one leaves the process.
+    MPICH (``auto``): Bruck for m ≤ 256 B with p ≥ 8, pairwise otherwise."""
+    pf = p.astype(np.float64)
+    lgp = lg_ceil(p)
+    bruck = (lgp, pf * m / 2 * lgp, 0 * m)
+    pairwise = (pf - 1, (pf - 1) * m, 0 * m)
+    if algorithm == "bruck":
+        return bruck
+    if algorithm == "pairwise":
+        return pairwise
+    use_bruck = (m <= ALLTOALL_SHORT) & (p >= ALLTOALL_MIN_PROCS)
+    return tuple(np.where(use_bruck, b, q) for b, q in zip(bruck, pairwise))
+
+
+def _alltoallv_coef(m_out, p, algorithm):
+    """``m_out``: bytes each process sends to the others in all (its own block does not move), the
+    same for every process. MPICH's Alltoallv (isend/irecv in batches, or pairwise exchange): p − 1
+    messages out and in per process, full duplex: (p − 1)·α + m_out·β."""
+    pf = p.astype(np.float64)
+    return pf - 1, m_out, 0 * m_out
+
+
 _COEF = {"allreduce": _allreduce_coef, "bcast": _bcast_coef, "gather": _gather_coef,
-         "gatherv": _gatherv_coef, "allgather": _allgather_coef}
+         "gatherv": _gatherv_coef, "allgather": _allgather_coef, "alltoall": _alltoall_coef,
+         "alltoallv": _alltoallv_coef}
 
 
 def _time(kind, nbytes, n, alpha, beta, gamma, algorithm):
@@ -249,3 +287,56 @@ def allgather(nbytes, n, alpha, beta, algorithm: str = "auto"):
     - ``auto`` (MPICH, on N): recursive doubling for N < 512 KiB and p a power of two, Bruck for
       N < 80 KiB otherwise, ring for the rest."""
     return _time("allgather", nbytes, n, alpha, beta, 0.0, algorithm)
+
+
+def alltoall(nbytes, n, alpha, beta, algorithm: str = "auto"):
+    """MPI_Alltoall of a block of ``nbytes`` bytes from every process to every other one on ``n``
+    processes (Thakur et al. 2005 §4.5; N = p·nbytes):
+
+    - ``bruck``: ⌈lg p⌉·α + (N/2)·⌈lg p⌉·β
+    - ``pairwise`` (and isend/irecv): (p − 1)·α + (p − 1)·nbytes·β
+    - ``auto`` (MPICH): Bruck for blocks ≤ 256 B with p ≥ 8, pairwise otherwise."""
+    return _time("alltoall", nbytes, n, alpha, beta, 0.0, algorithm)
+
+
+def alltoallv(outgoing, n, alpha, beta, algorithm: str = "auto"):
+    """MPI_Alltoallv on ``n`` processes, each sending ``outgoing`` bytes in all to the others (and
+    receiving as many): (p − 1)·α + outgoing·β."""
+    return _time("alltoallv", outgoing, n, alpha, beta, 0.0, algorithm)
+
+
+LENGTH_BYTES = 4                # one int32 length per segment (hpcgc's length words)
+
+
+def compressed_allreduce_coefficients(first, second, n):
+    """(a, b, c) of one compressed Allreduce by reduce-scatter + allgather (hpcgc's
+    ``run.collective = "reduce-scatter"``; CGX, Markov et al. 2022; 1-bit Adam's compressed
+    allreduce, Tang et al. 2021), per process:
+
+    1. MPI_Alltoall of the n segment lengths (4 B per destination),
+    2. MPI_Alltoallv of the compressed segments: ``first`` = bytes of the whole compressed vector
+       (all n segments, C₁ of d coordinates); (n − 1)/n of it leaves the process,
+    3. MPI_Allgather of the length of the re-compressed reduced segment (4 B),
+    4. MPI_Allgatherv of the re-compressed segments: ``second`` = bytes of all n of them (C₂ of d
+       coordinates), a block of ``second``/n per process.
+
+    Bytes received per process: (n − 1)/n·first + (n − 1)/n·second ≈ 2(n − 1)/n·d·b/8 for b bits
+    per coordinate — the Rabenseifner/ring Allreduce's 2(n − 1)/n·m at b/32 of the float32 bytes.
+    Both sizes are held fixed in n (the compressed size of d coordinates; each segment shrinks as
+    1/n); the per-segment headers (8 B each) are not modelled. No reduction term: the decoding and
+    summing is compute, measured (the ``server`` phase)."""
+    first = np.asarray(first, dtype=np.float64)
+    second = np.asarray(second, dtype=np.float64)
+    pf = np.asarray(n, dtype=np.float64)
+    parts = (coefficients("alltoall", LENGTH_BYTES, n),
+             coefficients("alltoallv", (pf - 1) / pf * first, n),
+             coefficients("allgather", LENGTH_BYTES, n),
+             coefficients("allgather", second / pf, n))
+    return tuple(sum(x) for x in zip(*parts))
+
+
+def compressed_allreduce(first, second, n, alpha, beta):
+    """Seconds of :func:`compressed_allreduce_coefficients` (MPICH's ``auto`` selection in each
+    of the four collectives)."""
+    a, b, _ = compressed_allreduce_coefficients(first, second, n)
+    return a * np.asarray(alpha, float) + b * np.asarray(beta, float)
