@@ -170,6 +170,7 @@ def test_no_16bit_run_models_one_from_fp32_and_says_so():
     base = c.base
     assert base.modelled and base.precision == "fp16" and c.wide is fp32 and base.runs == []
     assert "modelled" in base.label and "modelled" in c.tag(base) and "second line" in c.tag(fp32)
+    assert "0.5× its bytes" in c.how and "no fp16/bf16" in c.how
     # the same iterations and non-transfer time, half the bytes: Rabenseifner on 2e6 B at n = 4
     assert base.iterations == 100 and base.up_bytes == 2e6
     assert base.affine(N, ALPHA) == pytest.approx((100 * (10e-3 + 4 * ALPHA), 100 * 1.5 * 2e6), rel=1e-12)
@@ -312,8 +313,7 @@ def test_command_writes_figures_and_table(produced, tmp_path):
     rows = _csv(tmp_path / "breakeven.csv")
     # no fp16/bf16 run in the files: the 16-bit baseline is modelled from the float32 one, and says so
     assert [r["method"] for r in rows] == [
-        "allreduce identity:fp16 (modelled from uncompressed allreduce: its iterations and compute, 0.5× its bytes)"
-        " [baseline: fp16, modelled]", "uncompressed allreduce [fp32 baseline: second line]", "diana qsgd gather"]
+        "allreduce identity:fp16 (modelled from uncompressed allreduce) [baseline: fp16, modelled]", "uncompressed allreduce [fp32 baseline: second line]", "diana qsgd gather"]
     b16, base, diana = rows
     assert b16["break_even_run_n"] == "baseline" and b16["reached"] == "modelled" and int(b16["ranks"]) == 2
     assert base["break_even_run_n_fp32"] == "baseline" and int(base["ranks"]) == 2
@@ -490,3 +490,53 @@ def test_phases_targets_and_common_target():
     with pytest.raises(be.BreakEvenError, match="no target"):
         be.common_target([_run(tolerance=0.0)], None, None)
     assert be.common_target([ri, _run(tolerance=1e-6)], 1e-2, None) == be.Target("suboptimality", 1e-2)
+
+
+def test_accuracy_target_from_the_recorded_series():
+    """--accuracy-within: the first row whose test accuracy is within the points of the uncompressed
+    float32 Allreduce run's final accuracy (no stop rule needed), for every method of the panel."""
+    from hpcgc.analysis import tables
+
+    def info(comp, acc, collective="allreduce"):
+        ri = _run()
+        ri.run.series["iteration"] = np.arange(len(acc)) * 5
+        ri.run.series["accuracy"] = np.asarray(acc, dtype=float)
+        ri.flat = {"run.compressor": comp, "run.collective": collective, "run.tolerance": 0.0}
+        ri.run.attrs.update(compressor=comp, collective=collective)
+        return ri
+
+    base = info("identity", [0.1, 0.90, 0.950, 0.960])
+    psgd = info("powersgd:rank=4", [0.1, 0.80, 0.954, 0.958])
+    coll = tables.Collection([base, psgd], ["f.h5"])
+    t = be.accuracy_target(coll, 0.5)
+    assert t.metric == be.ACCURACY_GAP and t.eps == pytest.approx(0.005)
+    assert list(t.reference.values()) == [pytest.approx(0.96)] and "within 0.5 points" in t.describe()
+    # 0.96 − 0.005 = 0.955: the baseline reaches it at row 3 (iteration 15), PowerSGD too (0.958), not at 0.954
+    assert be.measure_run(base, t)["iterations"] == 15 and be.measure_run(psgd, t)["iterations"] == 15
+    t2 = be.accuracy_target(coll, 1.1)                                        # 0.949: row 2 for both
+    assert be.measure_run(base, t2)["iterations"] == 10 and be.measure_run(psgd, t2)["iterations"] == 10
+    with pytest.raises(be.BreakEvenError, match="finite number of points"):
+        be.accuracy_target(coll, 0.0)
+    noacc = info("identity", [])
+    with pytest.raises(be.BreakEvenError, match="test_fraction"):
+        be.accuracy_target(tables.Collection([noacc], ["f.h5"]), 0.5)
+
+
+def test_report_default_baseline_is_the_fastest_allreduce():
+    """``hpcgc report``: per panel the fastest uncompressed-equivalent Allreduce to ε among fp16, bf16 and
+    float32 (ties to 16 bits); compressed methods and unreached runs are not candidates."""
+    from types import SimpleNamespace as NS
+
+    def meth(comp, collective="allreduce", panel="p"):
+        ri = NS(attrs={"compressor": comp, "collective": collective}, flat={})
+        return NS(panel=panel, runs=[ri], label=comp)
+
+    fp32, fp16, bf16, qsgd = meth("identity"), meth("identity:fp16"), meth("identity:bf16"), meth("qsgd:s=4", "gather")
+    other = meth("identity", panel="q")
+    t = {id(fp32): 3.0, id(fp16): 2.0, id(bf16): float("nan"), id(qsgd): 0.5, id(other): 1.0}
+    got = baselines.report_baseline([fp32, fp16, bf16, qsgd, other], t)
+    assert got == {"p": (fp16, "fp16"), "q": (other, "fp32")}
+    t[id(fp32)] = 2.0                                         # a tie: 16 bits
+    assert baselines.report_baseline([fp32, fp16], t)["p"] == (fp16, "fp16")
+    t[id(fp32)] = 1.0
+    assert baselines.report_baseline([fp32, fp16], t)["p"] == (fp32, "fp32")

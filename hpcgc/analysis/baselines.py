@@ -58,8 +58,7 @@ def modelled_16bit(wide):
     target and non-transfer time per iteration, the bytes scaled to 16 bits per coordinate."""
     scale = 16.0 / BITS.get(wide.precision, 32)
     return dataclasses.replace(
-        wide, label=f"allreduce identity:fp16 (modelled from {wide.label}: its iterations and compute, "
-                    f"{scale:g}× its bytes)",
+        wide, label=f"allreduce identity:fp16 (modelled from {wide.label})",
         up_bytes=wide.up_bytes * scale, precision="fp16", modelled=True, baseline=True, runs=[])
 
 
@@ -81,11 +80,11 @@ class Choice:
 def measured_time(m, target) -> float:
     """Mean over seeds of the measured time to target (rank 0's summed ``time/iter`` up to the
     first row at the target); NaN when some seed missed it or the method has no runs."""
-    from .breakeven import measured_run_time, target_series
+    from .breakeven import measured_run_time, run_target_series
     from .projection import first_reached
     out = []
     for ri in m.runs:
-        t = first_reached(target_series(ri.run, target.metric), target.eps)
+        t = first_reached(run_target_series(ri, target), target.eps)
         if t is None:
             return float("nan")
         out.append(measured_run_time(ri.run, t))
@@ -114,7 +113,9 @@ def choose(ms: list, target, beta_ref: float, alpha: float, gamma: float = 0.0, 
         if wide is None:
             raise ValueError("no uncompressed-equivalent Allreduce reaches the target")
         base = modelled_16bit(wide)
-        return Choice(base, wide, f"{base.label}: no fp16/bf16 Allreduce run in this panel")
+        scale = base.up_bytes / wide.up_bytes if wide.up_bytes else 0.5
+        return Choice(base, wide, f"{base.label}: no fp16/bf16 Allreduce run in this panel; modelled with the "
+                                  f"{wide.precision} run's iterations and non-transfer time, {scale:g}× its bytes")
     pool = [*sixteen, *([wide] if wide is not None else [])]      # a 16-bit run that misses the target: not in it
     if not pool:
         raise ValueError("no uncompressed-equivalent Allreduce reaches the target")

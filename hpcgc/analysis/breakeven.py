@@ -114,10 +114,51 @@ def run_metric(run) -> str:
 class Target:
     metric: str
     eps: float
+    reference: dict = field(default_factory=dict, compare=False, hash=False)  # accuracy_gap: panel -> accuracy
 
     def describe(self) -> str:
+        if self.metric == ACCURACY_GAP:
+            return f"test accuracy within {100 * self.eps:g} points of the uncompressed run's final"
         what = "f − f*" if self.metric == "suboptimality" else "‖∇f‖²/‖∇f(x⁰)‖²"
         return f"{what} ≤ {self.eps:g}"
+
+
+ACCURACY_GAP = "accuracy_gap"
+
+
+def run_target_series(ri, target: Target) -> np.ndarray:
+    """The series of run ``ri`` compared with ``target.eps`` (≤): :func:`target_series`, or for the
+    accuracy target the gap to the panel's reference accuracy (:func:`accuracy_target`)."""
+    if target.metric != ACCURACY_GAP:
+        return target_series(ri.run, target.metric)
+    acc = np.asarray(ri.run.series.get("accuracy", []), dtype=float)
+    return target.reference[ri.method.panel] - acc
+
+
+def accuracy_target(coll, within_points: float) -> Target:
+    """Test accuracy within ``within_points`` percentage points of the final test accuracy of the
+    panel's uncompressed float32 Allreduce (else its first uncompressed-equivalent Allreduce; mean
+    over seeds of the last recorded value): the first recorded row where accuracy ≥ reference −
+    within. Computed from the recorded ``accuracy`` series (no stop rule: run a fixed budget)."""
+    if not (math.isfinite(within_points) and within_points > 0):
+        raise BreakEvenError(f"--accuracy-within {within_points!r}: it must be a finite number of points > 0")
+    ref: dict = {}
+    for m in tables.methods(coll):
+        prec = baselines.run_precision(m.runs[0])
+        if prec is None or (m.panel in ref and ref[m.panel][0] == "fp32"):
+            continue
+        finals = []
+        for ri in m.runs:
+            acc = np.asarray(ri.run.series.get("accuracy", []), dtype=float)
+            acc = acc[np.isfinite(acc)]
+            if not acc.size:
+                raise BreakEvenError(f"--accuracy-within: {ri.run.run_id} in {ri.path} records no test accuracy "
+                                     "(set data.test_fraction > 0 in the experiment)")
+            finals.append(float(acc[-1]))
+        ref[m.panel] = (prec, float(np.mean(finals)))
+    if not ref:
+        raise BreakEvenError("--accuracy-within: no uncompressed Allreduce run to take the reference accuracy from")
+    return Target(ACCURACY_GAP, within_points / 100.0, {p: v for p, (_, v) in ref.items()})
 
 
 def common_target(runs, eps: float | None, metric: str | None) -> Target:
@@ -273,7 +314,7 @@ def measure_run(ri, target: Target) -> dict:
     down = float(np.asarray(r.series.get("bits_down_wire", [0.0]), dtype=float)[-1] / 8 / k)
     if collective == RS_COLLECTIVE:              # up, down: the two stages' whole compressed vectors
         up, down = rs_stage_bytes(r, up, k, crossed, ri.ranks)
-    t = first_reached(target_series(r, target.metric), target.eps)
+    t = first_reached(run_target_series(ri, target), target.eps)
     return {"iterations": float(it[t]) if t is not None else float("nan"),
             "workers": ph["grad"] + ph["compress"], "server": ph["server"],
             "idle": ph["wait_up"] + ph["wait_down"], "other": ph["other"], "first": ph["first"],
@@ -463,7 +504,8 @@ def bandwidth_sweep(lo: float, hi: float, points: int) -> np.ndarray:
     return np.geomspace(lo, hi, points) if points > 1 and hi > lo else np.array([lo])
 
 
-def build(results, latency: Latency, gbps, n_max: int = 1024, eps=None, metric=None, gamma: float = 0.0) -> Report:
+def build(results, latency: Latency, gbps, n_max: int = 1024, eps=None, metric=None, gamma: float = 0.0,
+          accuracy_within: float | None = None) -> Report:
     if not (math.isfinite(latency.alpha) and latency.alpha > 0):
         raise BreakEvenError(f"latency α = {latency.alpha!r} s: it must be finite and > 0")
     if not (math.isfinite(gamma) and gamma >= 0):
@@ -471,7 +513,8 @@ def build(results, latency: Latency, gbps, n_max: int = 1024, eps=None, metric=N
     if n_max < 2:
         raise BreakEvenError(f"--n-max {n_max}: the rank sweep needs n_max >= 2")
     coll = tables.collect(results, strict=False)
-    target = common_target(coll.runs, eps, metric)
+    target = (accuracy_target(coll, accuracy_within) if accuracy_within is not None
+              else common_target(coll.runs, eps, metric))
     models = method_models(coll, target)
     panels: dict = {}
     for m in models:
@@ -807,7 +850,7 @@ def check(models: list[MethodModel], target: Target, latency: Latency, gamma: fl
             p = measure_run(ri, target)
             r = ri.run
             it = np.asarray(r.series["iteration"])
-            t = first_reached(target_series(r, target.metric), target.eps)
+            t = first_reached(run_target_series(ri, target), target.eps)
             row = t if t is not None else len(it) - 1
             k = float(it[row])
             one = MethodModel(m.label, m.panel, m.ranks, p["collective"], k, "", p["workers"], p["server"],
@@ -995,6 +1038,10 @@ def build_parser():
                    help="target (default: the runs' common run.tolerance on their stop measure)")
     p.add_argument("--metric", choices=("suboptimality", "grad_ratio"), default=None,
                    help="target measure: f − f*, or ‖∇f‖²/‖∇f(x⁰)‖² (default: the runs' stop measure)")
+    p.add_argument("--accuracy-within", type=float, default=None, metavar="POINTS",
+                   help="target: test accuracy within POINTS percentage points of the final test accuracy of "
+                        "the panel's uncompressed float32 Allreduce run (e.g. 0.5; needs data.test_fraction > 0; "
+                        "read from the recorded series, replaces --eps/--metric)")
     p.add_argument("--gamma-ns", type=float, default=0.0,
                    help="γ, reduction time per byte in ns, for MPI_Allreduce (default 0: not modelled)")
     p.add_argument("-o", "--out", metavar="DIR", default="breakeven",
@@ -1018,7 +1065,8 @@ def main(argv=None) -> int:
         else:
             raise BreakEvenError("give --collectives COLL.h5 (measured with `mpiexec -n N hpcgc collectives`) "
                                  "or --latency-us")
-        rep = build(args.results, latency, gbps, args.n_max, args.eps, args.metric, args.gamma_ns * 1e-9)
+        rep = build(args.results, latency, gbps, args.n_max, args.eps, args.metric, args.gamma_ns * 1e-9,
+                    args.accuracy_within)
     except tables.AnalysisError as exc:
         print(f"hpcgc: error: breakeven: {exc}", file=sys.stderr)
         return 2

@@ -578,6 +578,27 @@ def write_html(path: Path, *, coll, ms, mrows, prow, run_rows, pcols, eps_txt, b
 
 
 # -- the report ---------------------------------------------------------------------------------------
+def allreduce_baselines(ms, per_run: dict, base: dict, notes: list, log=None) -> dict:
+    """The default baseline of each panel that has an uncompressed-equivalent Allreduce reaching ε:
+    the fastest (mean time to ε over seeds) among its fp16, bf16 and float32 runs, ties to 16 bits
+    (:func:`hpcgc.analysis.baselines.report_baseline`; docs/analysis.md); other panels keep ``base``.
+    Says which in ``notes``, and when there was no 16-bit run to compare."""
+    from .baselines import SIXTEEN, report_baseline, run_precision
+    times = {}
+    for m in ms:
+        v = [per_run[id(ri)]["time_to_eps_s"] for ri in m.runs]
+        times[id(m)] = float(np.mean(v)) if v and all(np.isfinite(v)) else float("nan")
+    out = dict(base)
+    for panel, (m, prec) in report_baseline(ms, times).items():
+        out[panel] = m
+        has16 = any(m2.panel == panel and m2.runs and run_precision(m2.runs[0]) in SIXTEEN for m2 in ms)
+        note = (f"{panel_title(panel)}: baseline {m.label} ({prec}), the fastest uncompressed-equivalent Allreduce "
+                f"to ε" + ("" if has16 else "; no fp16/bf16 run to compare (`hpcgc breakeven` models one)"))
+        notes.append(note)
+        (log or (lambda t: print(t, file=sys.stderr)))(f"# note: {note}")
+    return out
+
+
 def report(paths, out, eps=1e-8, baseline=None, metric="suboptimality", logx=False, nets=None,
            gather="linear", strict=False, formats=("png", "pdf"), log=None) -> dict:
     out = Path(out)
@@ -598,8 +619,10 @@ def report(paths, out, eps=1e-8, baseline=None, metric="suboptimality", logx=Fal
     from hpcgc.frames import runs_frame
     summaries = runs_frame([ri.run for ri in coll.runs]).to_dict("records")     # the runs as pandas reads them
     per_run = {id(ri): run_metrics(ri, eps, metric, sm) for ri, sm in zip(coll.runs, summaries)}
+    if baseline is None:
+        base = allreduce_baselines(ms, per_run, base, coll.notes, log)
     mrows = method_rows(ms, per_run, base)
-    prow = projection_rows(coll, eps, nets, gather, metric, baseline)
+    prow = projection_rows(coll, eps, nets, gather, metric, baseline, base=base)
     figures = []
     panels = list(dict.fromkeys(m.panel for m in ms))
     for panel in panels:

@@ -454,9 +454,13 @@ def projection_columns(nets) -> tuple:
     return tuple(cols)
 
 
-def projection_rows(coll, eps, nets, gather="linear", metric="suboptimality", baseline_spec=None) -> list[dict]:
+def projection_rows(coll, eps, nets, gather="linear", metric="suboptimality", baseline_spec=None,
+                    base=None) -> list[dict]:
+    """``base``: the baseline per panel when the caller has chosen it (``hpcgc report``'s Allreduce
+    baseline), else :func:`choose_baseline` of ``baseline_spec``."""
     ms = coll.methods if hasattr(coll, "methods") else methods(coll)
-    base = choose_baseline(ms, baseline_spec, lambda m: _all_reach(m, eps, metric))
+    if base is None:
+        base = choose_baseline(ms, baseline_spec, lambda m: _all_reach(m, eps, metric))
     rows = []
     for m in ms:
         per = []
