@@ -41,7 +41,7 @@ while [ $# -gt 0 ]; do
     --exp) EXPS=$2; shift 2 ;;
     --reuse-collectives) REUSE=1; shift ;;
     --) shift; BENCH=("$@"); break ;;
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "does-it-pay: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -313,7 +313,8 @@ def test_command_writes_figures_and_table(produced, tmp_path):
     rows = _csv(tmp_path / "breakeven.csv")
     # no fp16/bf16 run in the files: the 16-bit baseline is modelled from the float32 one, and says so
     assert [r["method"] for r in rows] == [
-        "allreduce identity:fp16 (modelled from uncompressed allreduce) [baseline: fp16, modelled]", "uncompressed allreduce [fp32 baseline: second line]", "diana qsgd gather"]
+        "allreduce identity:fp16 (modelled from uncompressed allreduce) [baseline: fp16, modelled]",
+        "uncompressed allreduce [fp32 baseline: second line]", "diana qsgd gather"]
     b16, base, diana = rows
     assert b16["break_even_run_n"] == "baseline" and b16["reached"] == "modelled" and int(b16["ranks"]) == 2
     assert base["break_even_run_n_fp32"] == "baseline" and int(base["ranks"]) == 2

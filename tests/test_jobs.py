@@ -221,3 +221,36 @@ def test_batch_script_outside_slurm_as_array_task(tmp_path):
     env["SLURM_ARRAY_TASK_ID"] = "2"
     p = run(["bash", str(JOBS / "hpcgc.sbatch"), str(exp)], env=env)
     assert p.returncode == 2 and "beyond the grid of 3 point(s)" in p.stderr, show(p)
+
+
+def test_does_it_pay_campaign_against_the_baseline_a_user_would_run():
+    """Issue 27: fp16 (and bf16) Allreduce baselines beside fp32; DIANA + QSGD and natural compression
+    under reduce-scatter beside their gather form; EF + top-k under reduce-scatter beside its allgather
+    form; PowerSGD; shared-seed rand-k; the targets 1e-2 and 1e-4 (sparse) and the accuracy target (MLP).
+    (`hpcgc validate` of these files — test_experiment_file_validates — needs the casts and the
+    reduce-scatter collective.)"""
+    import tomllib
+
+    def variants(name):
+        cfg = tomllib.loads((JOBS / "experiments" / f"{name}.toml").read_text())
+        return cfg, {(v["run"]["algorithm"], v["run"]["compressor"], v["run"]["collective"]) for v in cfg["variant"]}
+
+    cfg, v = variants("does-it-pay")
+    assert {("dcgd", c, "allreduce") for c in ("identity", "identity:fp16", "identity:bf16")} <= v
+    for comp in ("qsgd:s=64", "natural"):
+        assert {("diana", comp, "gather"), ("diana", comp, "reduce-scatter")} <= v
+    assert {("ef", "topk:k=16384", "allgather"), ("ef", "topk:k=16384", "reduce-scatter")} <= v
+    assert ("diana", "randk:k=131072,shared_seed=true", "allreduce") in v
+    assert cfg["run"]["tolerance"] == 1e-4 and cfg["run"]["iterations"] >= 1000
+    labels = [x["label"] for x in cfg["variant"]]
+    assert labels[:5] == ["allreduce-uncompressed", "ps-uncompressed", "diana-qsgd", "diana-randk-shared", "ef-topk"]
+    cfg, v = variants("does-it-pay-mlp")
+    assert {("local-sgd", c, "allreduce") for c in ("identity", "identity:fp16", "identity:bf16",
+                                                    "powersgd:rank=4")} <= v
+    assert cfg["data"]["test_fraction"] > 0 and cfg["run"]["tolerance"] == 0
+    sh = (JOBS / "does-it-pay.sh").read_text()
+    for word in ("DIP_GRID", "DIP_NP", "DIP_RATES", "--eps 1e-4", "--eps 1e-2", "--accuracy-within 0.5",
+                 "manifest.txt", "breakeven-all.csv"):
+        assert word in sh
+    p = run(["bash", str(JOBS / "does-it-pay.sh"), "--help"])
+    assert p.returncode == 0 and "DIP_GRID" in p.stdout and "quick check" in p.stdout
