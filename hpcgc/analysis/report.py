@@ -680,7 +680,8 @@ def build_parser():
     p.add_argument("results", nargs="+", help="results files (.h5, .h5.partial) and/or directories of them")
     p.add_argument("-o", "--out", required=True, metavar="OUTDIR", help="output directory (created)")
     p.add_argument("--baseline", metavar="ALG:COMPRESSOR",
-                   help="method the ratios refer to, e.g. dcgd:qsgd:s=2 (default: the first method of each panel)")
+                   help="method the ratios refer to, e.g. dcgd:qsgd:s=2 (default: the fastest uncompressed "
+                        "fp16/bf16/fp32 Allreduce that reaches eps, else the first method of each panel that does)")
     p.add_argument("--eps", type=float, default=1e-8, help="target ε for the *-to-ε columns (default 1e-8)")
     p.add_argument("--metric", default="suboptimality", choices=("suboptimality", "dist_to_opt", "grad_norm_sq"),
                    help="series compared against ε (default suboptimality = f(x) − f*)")
