@@ -157,6 +157,9 @@ def allreduce_toy(precision, iterations=100, label=None):
 def test_precision_of_specs():
     assert baselines.precision_of("identity", "allreduce") == "fp32"
     assert baselines.precision_of("identity:fp64=true", "allreduce") == "fp64"
+    assert baselines.precision_of("identity:fp64", "allreduce") == "fp64"             # a bare flag
+    assert baselines.precision_of("identity:fp16=true", "allreduce") == "fp16"
+    assert baselines.precision_of("identity:fp16=false", "allreduce") == "fp32"
     assert baselines.precision_of("identity:fp16", "allreduce") == "fp16"
     assert baselines.precision_of("identity:bf16", "allreduce") == "bf16"
     assert baselines.precision_of("identity:int8", "allreduce") is None       # lossy: not a baseline
@@ -541,3 +544,16 @@ def test_report_default_baseline_is_the_fastest_allreduce():
     assert baselines.report_baseline([fp32, fp16], t)["p"] == (fp16, "fp16")
     t[id(fp32)] = 1.0
     assert baselines.report_baseline([fp32, fp16], t)["p"] == (fp32, "fp32")
+
+
+def test_reduce_scatter_stage_bytes_from_the_ledger():
+    """The two stages' whole compressed vectors from the per-collective ledger (the Alltoallv counts
+    what went to the other ranks), else from the bytes handed to MPI."""
+    from types import SimpleNamespace as NS
+
+    from hpcgc.analysis.reducescatter import rs_stage_bytes
+    k, n, c = 10, 4, 262_144
+    led = {"Alltoallv": np.array([[0.0] * n, [k * c * 3 / 4] * n]), "Allgatherv": np.array([[0.0] * n, [k * c / 4] * n])}
+    assert rs_stage_bytes(NS(mpi_bytes=led), 0.0, k, [True] * n, n) == pytest.approx((c, c))
+    up = 4 * (n - 1) + 3 / 4 * c + 4 + c / 4                 # both stages and the length words
+    assert rs_stage_bytes(NS(mpi_bytes={}), up, k, [True] * n, n) == pytest.approx((c, c))

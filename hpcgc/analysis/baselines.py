@@ -32,15 +32,15 @@ def precision_of(spec: str, collective: str) -> str | None:
     name, _, params = str(spec).partition(":")
     if name != "identity":
         return None
-    p = params.lower().replace(" ", "")
-    if "int" in p:                     # the 8-bit integer cast: lossy, not uncompressed-equivalent
+    flags = {}
+    for item in filter(None, params.lower().replace(" ", "").split(",")):
+        key, eq, value = item.partition("=")
+        flags[key] = (not eq) or value in ("true", "1", "yes")       # a bare key is a flag (identity:fp16)
+    if any(k.startswith("int") for k in flags):    # an 8-bit integer cast: lossy, not uncompressed-equivalent
         return None
-    if "bf16" in p:
-        return "bf16"
-    if "fp16" in p:
-        return "fp16"
-    if any(t in p for t in ("fp64=true", "fp64=1", "fp64=yes")):
-        return "fp64"
+    for prec in ("bf16", "fp16", "fp64"):
+        if flags.get(prec):
+            return prec
     return "fp32"
 
 

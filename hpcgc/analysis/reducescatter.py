@@ -50,21 +50,25 @@ def rs_messages(first, second) -> list[tuple[str, float, int]]:
 def rs_stage_bytes(run, up: float, k: int, crossed, n: int) -> tuple[float, float]:
     """(first, second): the whole compressed vector's bytes of each stage per rank and iteration.
 
-    From the transport's per-collective ledger (``mpi_bytes/Alltoallv``: the segments a rank handed
-    to the Alltoallv — all n, its own included, as MPI's send counts list them —, and
-    ``mpi_bytes/Allgatherv``: its one re-compressed segment, × n for all of them) where the file
-    has it; else from ``up`` (bytes handed to MPI per iteration, both stages and the length words)
-    assuming the two stages have the same size: up = 4n + first + 4 + first/n."""
-    n = max(int(n), 1)
+    From the transport's per-collective ledger where the file has it: ``mpi_bytes/Alltoallv`` counts
+    the segments a rank sent to the *other* ranks (its own stays in memory), so first = that ×
+    n/(n − 1) (segments of equal size); ``mpi_bytes/Allgatherv`` counts its one re-compressed
+    segment, so second = that × n. Else from ``up`` (bytes handed to MPI per iteration: the
+    Alltoall's 4(n − 1) length bytes, (n − 1)/n·first, 4 + second/n) with the two stages of the
+    same size: first = second = up − 4n. Means over the ranks in ``crossed``."""
+    n = max(int(n), 2)
     led = getattr(run, "mpi_bytes", {}) or {}
+    crossed = np.asarray(crossed, dtype=bool)
+
+    def per(name):
+        a = np.asarray(led[name], dtype=float)
+        last = a[-1] if a.ndim == 2 else a
+        sel = last[crossed] if crossed.size == last.size and crossed.any() else last
+        return float(np.mean(sel)) / k
+
     if "Alltoallv" in led and "Allgatherv" in led:
-        def per(name):
-            a = np.asarray(led[name], dtype=float)
-            last = a[-1] if a.ndim == 2 else a
-            sel = last[: len(crossed)][np.asarray(crossed, bool)] if len(crossed) == len(last) else last
-            return float(np.mean(sel)) / k
-        first, seg = per("Alltoallv"), per("Allgatherv")
+        first, seg = per("Alltoallv") * n / (n - 1), per("Allgatherv")
         if first > 0:
             return first, seg * n
-    first = max(up - LENGTH_BYTES * (n + 1), 0.0) * n / (n + 1)
+    first = max(up - LENGTH_BYTES * n, 0.0)
     return first, first
