@@ -929,12 +929,12 @@ def figures(rep: Report, out: Path) -> list[Path]:
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_xlabel("link bandwidth (Gb/s)")
-            ax.set_ylabel(f"modelled time to {rep.target.describe()} (s)")
+            ax.set_ylabel("modelled time to target (s)")
             ax.set_title(f"n = {n}" + (" (as run)" if n == base.ranks else " (projected)") +
                          f", α = {rep.latency.alpha * 1e6:.3g} µs", fontsize=9)
             ax.grid(True, which="both", alpha=0.3)
         axes[0][0].legend(fontsize=7)
-        fig.suptitle(tables.panel_title(panel), fontsize=9)
+        fig.suptitle(f"{tables.panel_title(panel)}; target: {rep.target.describe()}", fontsize=9)
         fig.tight_layout()
         p = out / f"breakeven-{_slug(panel)}.png"
         fig.savefig(p, dpi=130)
