@@ -1004,7 +1004,9 @@ def build_parser():
                     "collective algorithms (Thakur, Rabenseifner & Gropp 2005) with the runs' message sizes "
                     "and the latency α of a `bench collectives` file. docs/breakeven.md, docs/cost-models.md.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="outputs (in -o DIR): breakeven.md and breakeven.csv (one row per method), breakeven-n.csv (the\n"
+        epilog="outputs (in -o DIR): breakeven.md and breakeven.csv (one row per method: the break-even at the\n"
+               "runs' n, 128 and 1024 against the baseline - column 'baseline': fp16, bf16, fp32 or 'fp16 (modelled)'\n"
+               "- and, columns *_fp32, against the float32 Allreduce), breakeven-n.csv (the\n"
                "break-even bandwidth for n = 2, 4, ... n-max), breakeven-<panel>.png (time to target against\n"
                "bandwidth, the baseline dashed black) and breakeven-n-<panel>.png (break-even against n).\n"
                "With --collectives also check.csv (and a second table in breakeven.md): the model checked\n"
@@ -1012,7 +1014,8 @@ def build_parser():
                "α, β from the file, the measured one (rank 0's summed per-iteration time/iter up to the first\n"
                "row at the target, evaluation excluded), measured/predicted, OFF where off by > 25 %.\n\n"
                "assumed: iterations to target do not change with n; compute per worker does not change with n\n"
-               "(the server's decoding grows ∝ n under gather and allgather); no contention, no overlap.\n\n"
+               "(the server's decoding grows ∝ n under gather and allgather); no contention, no overlap; a\n"
+               "modelled 16-bit baseline has the float32 run's iterations and compute.\n\n"
                "spread: over each method's runs (run.repeats and/or seeds), the median and 95 % interval\n"
                "(order statistics of the median; [min, max] below 6 runs) of iterations to target and compute\n"
                "per iteration; the break-even bandwidth's interval and the modelled time's come from those\n"
