@@ -245,8 +245,8 @@ def test_does_it_pay_campaign_against_the_baseline_a_user_would_run():
     labels = [x["label"] for x in cfg["variant"]]
     assert labels[:5] == ["allreduce-uncompressed", "ps-uncompressed", "diana-qsgd", "diana-randk-shared", "ef-topk"]
     cfg, v = variants("does-it-pay-mlp")
-    assert {("local-sgd", c, "allreduce") for c in ("identity", "identity:fp16", "identity:bf16",
-                                                    "powersgd:rank=4")} <= v
+    assert {("local-sgd", "identity", "allreduce"), ("local-sgd", "powersgd:rank=4", "allreduce"),
+            ("dcgd", "identity:fp16", "allreduce"), ("dcgd", "identity:bf16", "allreduce")} <= v
     assert cfg["data"]["test_fraction"] > 0 and cfg["run"]["tolerance"] == 0
     sh = (JOBS / "does-it-pay.sh").read_text()
     for word in ("DIP_GRID", "DIP_NP", "DIP_RATES", "--eps 1e-4", "--eps 1e-2", "--accuracy-within 0.5",
