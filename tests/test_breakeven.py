@@ -557,3 +557,21 @@ def test_reduce_scatter_stage_bytes_from_the_ledger():
     assert rs_stage_bytes(NS(mpi_bytes=led), 0.0, k, [True] * n, n) == pytest.approx((c, c))
     up = 4 * (n - 1) + 3 / 4 * c + 4 + c / 4                 # both stages and the length words
     assert rs_stage_bytes(NS(mpi_bytes={}), up, k, [True] * n, n) == pytest.approx((c, c))
+
+
+def test_run_precision_reads_the_spec_not_the_bare_name():
+    """A results file records the bare name (``compressor_name = "identity"``) beside the spec
+    (``compressor = "identity:fp16"``): the precision comes from the spec (a measured fp16/bf16 run
+    was once taken for float32, and a 16-bit baseline modelled beside it)."""
+    from types import SimpleNamespace
+    for spec, want in (("identity:fp16", "fp16"), ("identity:bf16", "bf16"), ("identity", "fp32"),
+                       ("identity:fp64=true", "fp64"), ("int8", None)):
+        ri = SimpleNamespace(attrs={"compressor_name": spec.partition(":")[0], "compressor": spec,
+                                    "collective": "allreduce"}, flat={})
+        assert baselines.run_precision(ri) == want, spec
+
+
+def test_label_drops_a_hyphenated_collective():
+    assert be._label("diana-qsgd-rs (collective=reduce-scatter, step_multiplier=4)") == \
+        "diana-qsgd-rs (step_multiplier=4)"
+    assert be._label("ef (collective=allgather)") == "ef"

@@ -48,7 +48,7 @@ def run_precision(ri) -> str | None:
     """:func:`precision_of` a run (``tables.RunInfo``)."""
     attrs = ri.attrs
     flat = getattr(ri, "flat", {}) or {}
-    spec = attrs.get("compressor_name") or attrs.get("compressor") or flat.get("run.compressor", "")
+    spec = attrs.get("compressor") or attrs.get("compressor_name") or flat.get("run.compressor", "")   # the spec, not the bare name
     coll = attrs.get("collective") or flat.get("run.collective", "gather")
     return precision_of(str(spec), str(coll))
 

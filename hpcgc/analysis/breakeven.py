@@ -332,7 +332,7 @@ def is_baseline(ri) -> bool:
 def _label(label: str) -> str:
     """The method's label without the ``collective=...`` that :func:`tables.methods` adds (the
     collective is a column of its own here)."""
-    label = re.sub(r"(?<=[(, ])collective=[a-z]+(, )?", "", label)
+    label = re.sub(r"(?<=[(, ])collective=[a-z-]+(, )?", "", label)
     return re.sub(r"\s*\((, )?\)|, \)", lambda mt: "" if "(" in mt.group(0) else ")", label).strip()
 
 
