@@ -1,0 +1,137 @@
+"""The does-it-pay verdict: measured time to target of every method against the baseline a user
+would run, with the spread over repeats — built from a campaign directory of ``jobs/does-it-pay.sh``
+(its ``check-all.csv``: one row per run and report, rank 0's measured time to the target; its
+``breakeven-all.csv``: which Allreduce each report chose as the baseline).
+
+Per setting × rank count × experiment × target × method: the iterations to the target, the median
+measured time to the target and its 95 % interval over the method's runs (``run.repeats``;
+:mod:`hpcgc.analysis.spread`: order statistics of the median, [min, max] below 6 runs), the ratio of
+medians to the chosen baseline (fp16 / bf16 / fp32, the fastest that reaches the target) and to the
+float32 Allreduce, and the verdict: **faster** / **slower** when the method's interval and the
+baseline's do not overlap, **not measurably different** when they do. A method whose runs missed the
+target shows ``not reached``.
+
+    python -m hpcgc.analysis.verdict results/dip                    # the table, Markdown
+    python -m hpcgc.docs_tables regenerate --table does-it-pay/verdict --from results/dip
+"""
+from __future__ import annotations
+
+import csv
+import re
+import sys
+from pathlib import Path
+
+from .spread import separated, spread
+
+COLUMNS = ("setting", "n", "target", "method", "collective", "iterations", "time_to_target_s",
+           "vs_baseline", "vs_fp32", "verdict")
+_TAG = re.compile(r"\s*\[(?:baseline: (?P<base>[a-z0-9]+)[^\]]*|(?P<wide>fp32) baseline: second line)\]")
+
+
+def _read(path: Path) -> list[dict]:
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: run jobs/does-it-pay.sh (it writes check-all.csv and "
+                                "breakeven-all.csv in its --out directory)")
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _key(r: dict) -> tuple:
+    return (r["setting"], int(r["n"]), r["experiment"], r["target"])
+
+
+def baselines(rows: list[dict]) -> dict:
+    """{report key: (baseline label, precision, fp32 label or None)} from breakeven-all.csv's tags."""
+    out: dict = {}
+    for r in rows:
+        m = _TAG.search(r["method"])
+        if not m:
+            continue
+        label = _TAG.sub("", r["method"]).strip()
+        base, wide, prec = out.get(_key(r), (None, None, ""))
+        if m.group("base"):
+            base, prec = label, m.group("base") + (" (modelled)" if "modelled" in r["method"] else "")
+        else:
+            wide = label
+        out[_key(r)] = (base, wide, prec)
+    return out
+
+
+def _fmt(s) -> str:
+    if s is None:
+        return "not reached"
+    return f"{s.median:.3g} [{s.lo:.3g}, {s.hi:.3g}]" if s.n > 1 else f"{s.median:.3g}"
+
+
+def _time(runs: list[dict]):
+    """The spread of the runs' measured time to the target; None when a run missed it (or no runs)."""
+    if not runs or any(r["up_to"] != "target" for r in runs):
+        return None
+    return spread([float(r["measured_s"]) for r in runs])
+
+
+def _ratio(t, ref) -> str:
+    return f"{t.median / ref.median:.2f}" if t is not None and ref is not None and ref.median > 0 else ""
+
+
+def _verdict(t, t_base) -> str:
+    if t is None:
+        return "not reached"
+    if t_base is None:
+        return "no measured baseline"
+    if t.n < 2 or t_base.n < 2:
+        return "one run: no interval"
+    if not separated(t, t_base):
+        return "not measurably different"
+    return "faster" if t.hi < t_base.lo else "slower"
+
+
+def rows(campaign: Path) -> list[list[str]]:
+    """The verdict table (header first) of a campaign directory."""
+    campaign = Path(campaign)
+    checks = _read(campaign / "check-all.csv")
+    bases = baselines(_read(campaign / "breakeven-all.csv"))
+    groups: dict = {}
+    for r in checks:
+        groups.setdefault(_key(r), {}).setdefault(r["method"], []).append(r)
+    table = [list(COLUMNS)]
+    for key in sorted(groups, key=lambda k: (k[2], k[0] != "shm", k[0], k[1], k[3])):
+        methods = groups[key]
+        base, wide, prec = bases.get(key, (None, None, ""))
+        t_base = _time(methods.get(base, [])) if base else None
+        t_wide = _time(methods.get(wide, [])) if wide else None
+        for label, runs in methods.items():
+            t = _time(runs)
+            its = sorted({int(float(r["iterations"])) for r in runs})
+            verdict = f"baseline ({prec})" if label == base else _verdict(t, t_base)
+            table.append([key[0], str(key[1]), key[3], label, runs[0]["collective"],
+                          "/".join(map(str, its)) if t is not None else f"> {its[-1]}",
+                          _fmt(t), _ratio(t, t_base), _ratio(t, t_wide), verdict])
+    return table
+
+
+def markdown(table: list[list[str]]) -> str:
+    head, *body = table
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    try:
+        print(markdown(rows(Path(argv[0]))))
+    except (FileNotFoundError, KeyError, ValueError) as exc:
+        print(f"verdict: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["COLUMNS", "baselines", "markdown", "rows"]
