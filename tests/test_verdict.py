@@ -51,3 +51,17 @@ def test_verdicts_from_intervals(tmp_path):
 def test_missing_campaign_files_say_what_to_run(tmp_path, capsys):
     assert verdict.main([str(tmp_path)]) == 2
     assert "jobs/does-it-pay.sh" in capsys.readouterr().err
+
+
+def test_breakeven_rows_leave_the_baselines_out(tmp_path):
+    c = campaign(tmp_path)
+    rows = []
+    with open(c / "breakeven-all.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    cols = {"collective": "allreduce", "baseline": "fp16", "break_even_run_n": "below 3 Gb/s",
+            "break_even_n128": "below 2 Gb/s", "break_even_n1024": "never", "break_even_run_n_fp32": "always"}
+    _write(c / "breakeven-all.csv", [{**r, **cols} for r in rows])
+    head, *body = verdict.breakeven_rows(c)
+    assert head == list(verdict.BREAKEVEN_COLUMNS)
+    assert [r[3] for r in body] == ["fast"]
+    assert body[0][5:] == ["fp16", "below 3 Gb/s", "below 2 Gb/s", "never", "always"]

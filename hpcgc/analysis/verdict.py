@@ -11,7 +11,7 @@ float32 Allreduce, and the verdict: **faster** / **slower** when the method's in
 baseline's do not overlap, **not measurably different** when they do. A method whose runs missed the
 target shows ``not reached``.
 
-    python -m hpcgc.analysis.verdict results/dip                    # the table, Markdown
+    python -m hpcgc.analysis.verdict results/dip                    # the tables, Markdown
     python -m hpcgc.docs_tables regenerate --table does-it-pay/verdict --from results/dip
 """
 from __future__ import annotations
@@ -110,6 +110,27 @@ def rows(campaign: Path) -> list[list[str]]:
     return table
 
 
+BREAKEVEN_COLUMNS = ("setting", "n", "target", "method", "collective", "baseline", "break-even at the runs' n",
+                     "at n = 128", "at n = 1024", "at the runs' n, against fp32")
+
+
+def breakeven_rows(campaign: Path) -> list[list[str]]:
+    """The campaign's break-even table (header first): per report and method (baselines left out), the
+    modelled break-even bandwidth against the chosen baseline at the runs' n, 128 and 1024 (the
+    compressed collectives projected with their cost models, ``docs/cost-models.md``) and against the
+    float32 Allreduce at the runs' n — from ``breakeven-all.csv``."""
+    table = [list(BREAKEVEN_COLUMNS)]
+    got = _read(Path(campaign) / "breakeven-all.csv")
+    for r in sorted(got, key=lambda r: (r["experiment"], r["setting"] != "shm", r["setting"], int(r["n"]),
+                                         r["target"])):
+        if _TAG.search(r["method"]) or "modelled from" in r["method"]:
+            continue
+        table.append([r["setting"], r["n"], r["target"], r["method"], r["collective"], r["baseline"],
+                      r["break_even_run_n"], r["break_even_n128"], r["break_even_n1024"],
+                      r["break_even_run_n_fp32"]])
+    return table
+
+
 def markdown(table: list[list[str]]) -> str:
     head, *body = table
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -124,6 +145,8 @@ def main(argv=None) -> int:
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     try:
         print(markdown(rows(Path(argv[0]))))
+        print()
+        print(markdown(breakeven_rows(Path(argv[0]))))
     except (FileNotFoundError, KeyError, ValueError) as exc:
         print(f"verdict: error: {exc}", file=sys.stderr)
         return 2
@@ -134,4 +157,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["COLUMNS", "baselines", "markdown", "rows"]
+__all__ = ["BREAKEVEN_COLUMNS", "COLUMNS", "baselines", "breakeven_rows", "markdown", "rows"]
