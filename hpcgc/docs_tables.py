@@ -18,8 +18,9 @@ one markdown alignment per column, and ``builder``, how to rebuild the CSV from 
 
 ``regenerate`` rebuilds a table's CSV from results files with its sidecar's ``builder`` (one row per
 run, columns from the runs' values: see :data:`FIELDS`; or ``{"kind": "dagc", "target": 0.9}``: the
-table of :mod:`hpcgc.analysis.dagc_table`; or ``{"kind": "verdict"}`` / ``{"kind": "breakeven"}`` with ``--from``
-a ``jobs/does-it-pay.sh`` campaign directory: :mod:`hpcgc.analysis.verdict`), refuses results of another experiment
+table of :mod:`hpcgc.analysis.dagc_table`; or ``{"kind": "verdict"}`` / ``{"kind": "breakeven"}`` / ``{"kind": "phases", "setting":
+"emu-1gbit", "n": 4, "file": "does-it-pay"}`` with ``--from`` a ``jobs/does-it-pay.sh`` campaign
+directory: :mod:`hpcgc.analysis.verdict`), refuses results of another experiment
 (the sidecar's ``experiment`` against the runs' config ``name``) and warns, naming both, when the
 results were written by another commit than the checkout's (or a dirty tree); it records the new
 provenance from the results file (commit, date, ranks, MPI library, command, and the machine's CPU
@@ -286,7 +287,8 @@ def regenerate(name: str, paths, root: Path = ROOT, force: bool = False, warn=pr
     if not b:
         raise TableError(f"table {name!r} has no 'builder' in docs/data/{name}.json: it was transcribed, "
                          "not built from results files (add a builder to rebuild it)")
-    if b.get("kind") in ("verdict", "breakeven"):   # a jobs/does-it-pay.sh campaign directory (analysis.verdict)
+    campaign = b.get("kind") in ("verdict", "breakeven", "phases")
+    if campaign:                         # a jobs/does-it-pay.sh campaign directory (analysis.verdict)
         files = sorted(p for p in Path(paths[0]).glob("*.h5") if not p.name.endswith("-collectives.h5"))
         runs = [r for p in files for r in results.load(p)]
     else:
@@ -315,9 +317,12 @@ def regenerate(name: str, paths, root: Path = ROOT, force: bool = False, warn=pr
         text = dagc_table.table(dagc_table.collect(paths, float(b.get("target", 0.9))), float(b.get("target", 0.9)))
         md = [line.strip()[1:-1] for line in text.splitlines() if line.startswith("|")]
         rows = [[c.strip() for c in re.split(r"(?<!\\)\|", line)] for k, line in enumerate(md) if k != 1]
-    elif b.get("kind") in ("verdict", "breakeven"):
+    elif campaign:
         from .analysis import verdict
-        rows = (verdict.rows if b["kind"] == "verdict" else verdict.breakeven_rows)(Path(paths[0]))
+        camp = Path(paths[0])
+        rows = (verdict.rows(camp) if b["kind"] == "verdict" else verdict.breakeven_rows(camp)
+                if b["kind"] == "breakeven" else
+                verdict.phases_rows(camp, b.get("setting", "emu-1gbit"), int(b.get("n", 4)), b.get("file", "does-it-pay")))
     else:
         where = b.get("where", {})
         sel = [r for r in runs if all(str(r.attrs.get(k)) == str(v) for k, v in where.items())]

@@ -131,6 +131,38 @@ def breakeven_rows(campaign: Path) -> list[list[str]]:
     return table
 
 
+PHASE_ORDER = ("grad", "compress", "wait_up", "comm_up", "server", "wait_down", "comm_down", "other", "iter")
+
+
+def phases_rows(campaign: Path, setting: str = "emu-1gbit", n: int = 4,
+                experiment: str = "does-it-pay") -> list[list[str]]:
+    """Per-iteration phase times (ms) of every method of one results file of the campaign
+    (``DIR/<setting>-n<n>-<experiment>.h5``): rank 0's median over iterations (the first left out:
+    connections and caches), then the median over the method's repeats and their [min, max]."""
+    import numpy as np
+
+    from .. import results
+    path = Path(campaign) / f"{setting}-n{n}-{experiment}.h5"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: run jobs/does-it-pay.sh with that setting")
+    per: dict = {}
+    for r in results.load(path):
+        if not r.per_iteration:
+            raise ValueError(f"{path}: run {r.run_id} has no per-iteration times (run.per_iteration_times)")
+        label = r.attrs.get("label") or r.run_id
+        row = {ph: 1e3 * float(np.median(np.asarray(r.per_iteration[ph])[1:, 0])) for ph in PHASE_ORDER
+               if ph in r.per_iteration}
+        per.setdefault(label, (r.attrs.get("collective", ""), []))[1].append(row)
+    table = [["method", "collective", *PHASE_ORDER]]
+    for label, (coll, reps) in per.items():
+        cells = []
+        for ph in PHASE_ORDER:
+            v = spread([rep.get(ph, float("nan")) for rep in reps])
+            cells.append(f"{v.median:.3g}" if v.n < 2 else f"{v.median:.3g} [{v.lo:.3g}, {v.hi:.3g}]")
+        table.append([label, coll, *cells])
+    return table
+
+
 def markdown(table: list[list[str]]) -> str:
     head, *body = table
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
