@@ -89,9 +89,6 @@ class LocalSGD(Algorithm):
         return {"learning_rate": self.lr, "local_steps": self.steps, "error_feedback": self.ef,
                 "gamma": self.lr, "alpha": 0.0, "beta": 0.0}
 
-    def kept_per_tensor(self, i: int) -> list:
-        return [c.params.get("k", b - a) for c, (a, b) in zip(self.tensor_comps[i], self.segments)]
-
     # -- worker --------------------------------------------------------------------------------------
     def worker_message(self, ws: WorkerState) -> np.ndarray:
         return ws.e if ws.e is not None else ws.u

@@ -121,10 +121,6 @@ class Costs:
     exchange_rounds: int = 1   # Allreduce calls per iteration (PowerSGD: 2)
     down_bcasts: int = 1       # Bcasts per iteration: 2 with a compressed downlink (header, payload)
 
-    @property
-    def measured_comm(self) -> np.ndarray:
-        return self.measured - self.compute
-
 
 def costs(run) -> Costs:
     """Measured compute and recorded bytes of an :class:`hpcgc.results.Run`, per row."""

@@ -157,13 +157,6 @@ def begin_invalidation() -> Rebuild | None:
     return Rebuild(cache, digest, fd, warm=_several_ranks() and os.environ.get(_WARMUP_VAR, "") != "run")
 
 
-def invalidate_if_sources_changed() -> None:
-    """Single-step form: delete stale kernels and record the new hash (no warm-up)."""
-    rb = begin_invalidation()
-    if rb is not None:
-        rb.finish()
-
-
 def init_target() -> None:
     """Initialise numba's CPU target — what numba does on a process's first kernel call, cached or
     not — without its BLAS probe importing scipy.linalg.
