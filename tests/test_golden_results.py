@@ -2,7 +2,7 @@
 
 A small experiment (tests/golden/experiment.toml: DCGD and DIANA × qsgd:s=2 and randk:k=6, 2 ranks,
 30 iterations) runs under a real mpiexec; every non-timing dataset and attribute of its results file
-must equal tests/golden/experiment.h5 (``hpcgc.results_compare``, the logic of
+must equal tests/golden/experiment.h5 (``hpcgc.results.compare``, the logic of
 scripts/compare-results.py). A change meant to alter iterates or bits regenerates the golden file
 deliberately: ``HPCGC_REGENERATE_GOLDEN=1 python -m pytest -q tests/test_golden_results.py``.
 
@@ -23,7 +23,7 @@ import h5py
 import numpy as np
 import pytest
 
-from hpcgc import results_compare as rc
+from hpcgc.results import compare as rc
 from tests.conftest import ROOT, run_mpi, show
 
 GOLDEN_DIR = ROOT / "tests" / "golden"

@@ -114,8 +114,8 @@ def test_read_refuses_other_datasets_and_runs_nothing(tmp_path):
 
 
 def test_checkpoint_file_refuses_other_formats_before_reading_state(tmp_path):
-    from hpcgc import checkpoint_file as cf
     from hpcgc.errors import UserError
+    from hpcgc.results import checkpoint as cf
     path = tmp_path / "run.h5"
     assert cf.problem(path, 2) is None                                 # no checkpoint: nothing to refuse
     trees = [_tree(), {**_tree(), "x": np.arange(3.0)}]

@@ -345,7 +345,7 @@ def phase_bars(ms) -> list:
     """Per method, the phase breakdown of two kinds of rank, from :meth:`phases_frame`: rank 0 and
     the mean worker rank (ranks ≥ 1), each in ms per iteration, mean over seeds. Each bar is one
     rank's own iteration, so its stack adds up to that rank's whole iteration (``iter``)."""
-    from hpcgc.frames import phases_frame
+    from hpcgc.results.frames import phases_frame
     out = []
     for m in sorted(ms, key=lambda m: (m.panel[:-1] != ms[0].panel[:-1], m.ranks)):
         df = phases_frame([ri.run for ri in m.runs])
@@ -616,7 +616,7 @@ def report(paths, out, eps=1e-8, baseline=None, metric="suboptimality", logx=Fal
     for note in coll.notes:
         (log or (lambda t: print(t, file=sys.stderr)))(f"# note: {note}")
 
-    from hpcgc.frames import runs_frame
+    from hpcgc.results.frames import runs_frame
     summaries = runs_frame([ri.run for ri in coll.runs]).to_dict("records")     # the runs as pandas reads them
     per_run = {id(ri): run_metrics(ri, eps, metric, sm) for ri, sm in zip(coll.runs, summaries)}
     if baseline is None:

@@ -1,6 +1,6 @@
 """The spread of repeated measurements: the median and a distribution-free 95 % interval of it.
 
-One way, used by the summary table, the frames (:func:`hpcgc.frames.spread_frame`), ``hpcgc report``
+One way, used by the summary table, the frames (:func:`hpcgc.results.frames.spread_frame`), ``hpcgc report``
 and ``hpcgc breakeven``: the interval is the **order-statistics (binomial) confidence interval of
 the median** — the pair of order statistics x₍ₗ₎ ≤ x₍ᵤ₎, symmetric in rank, closest around the
 median whose coverage P(x₍ₗ₎ ≤ m ≤ x₍ᵤ₎) = Σ_{i=l}^{u−1} C(n, i) 2⁻ⁿ is at least 95 % (Conover,

@@ -274,7 +274,7 @@ def last_finite(v) -> float:
 
 
 def run_metrics(ri: RunInfo, eps: float, metric: str, summary=None) -> dict:
-    """One row of ``runs.csv``. ``summary``: the run's row of :func:`hpcgc.frames.runs_frame` (the
+    """One row of ``runs.csv``. ``summary``: the run's row of :func:`hpcgc.results.frames.runs_frame` (the
     report passes it: its final values, bits and times come from the frame); without it the same
     values are computed here from the run."""
     r = ri.run

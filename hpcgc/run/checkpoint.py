@@ -2,7 +2,7 @@
 interrupted invocation with the iterates and bits it would have had uninterrupted.
 
 What is saved, per rank (a typed tree of arrays and scalars, :mod:`hpcgc.typed_state` — no pickle:
-results files travel, and resuming one must not run code; the file: :mod:`hpcgc.checkpoint_file`;
+results files travel, and resuming one must not run code; the file: :mod:`hpcgc.results.checkpoint`;
 ``docs/results.md`` "Resumed files and checkpoints"):
 
 * the iterate x, the worker state and the server state (every numpy array of the algorithm's

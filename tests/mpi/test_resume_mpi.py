@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hpcgc import checkpoint_file, config, results
+from hpcgc import config, results
+from hpcgc.results import checkpoint as checkpoint_file
 from hpcgc.run import execute, prepare
 from hpcgc.run.signals import REQUEST, Interrupted
 from hpcgc.transport import Transport

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .results import LEDGER, PHASES, SCALAR_SERIES, WORKER_SERIES
+from .schema import LEDGER, PHASES, SCALAR_SERIES, WORKER_SERIES
 
 RUN_COLUMNS = ("file", "run_id", "label", "algorithm", "compressor", "collective", "allocation", "seed",
                "repeat", "dataset", "partition", "problem", "l2", "l1", "n", "d", "ranks", "server")
@@ -235,7 +235,7 @@ def spread_frame(runs, eps: float | None = None, metric: str = "suboptimality", 
     ``repeats``, ``seeds``, and per measure ``<m>_median``, ``_lo``, ``_hi``, ``_n`` (finite values:
     runs that reached ``eps`` for the time to target), ``_coverage``. ``time_to_eps_s`` needs ``eps``
     (NaN without)."""
-    from .analysis.spread import columns, spread
+    from ..analysis.spread import columns, spread
     pd = _pd()
     rf = runs_frame(runs)
     if rf.empty:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import h5py
 
-from .errors import UserError
-from .typed_state import StateMismatch, read, write
+from ..errors import UserError
+from ..typed_state import StateMismatch, read, write
 
 FORMAT = "hpcgc typed state, one group per rank"
 VERSION = 1
