@@ -32,6 +32,7 @@ from pathlib import Path  # noqa: E402
 
 from . import __version__  # noqa: E402
 from .errors import UserError  # noqa: E402
+from .summary import floor_table, spread_table, summary_table  # noqa: E402
 
 DESCRIPTION = """\
 hpcgc: MPI benchmark suite for communication-compressed distributed optimization.
@@ -201,97 +202,6 @@ def default_out(name: str) -> Path:
     return Path("results") / f"{safe}-{stamp}.h5"
 
 
-def _measure(s) -> str:
-    """The run's final measure for the summary: f − f*, or the ‖∇f‖² ratio (suffix g) without f*."""
-    if math.isnan(s.suboptimality) and math.isfinite(s.grad_ratio):
-        return f"{s.grad_ratio:.2e}g"
-    return f"{s.suboptimality:.3e}"
-
-
-RUN_HEAD = f"{'run':<5} {'algorithm':<9} {'compressor':<26} {'collective':<10}"
-
-
-def run_columns(s, repeat: bool = True) -> str:
-    """A run's first columns in the summary and floor tables (under :data:`RUN_HEAD`)."""
-    run = s.run_id[:3] + (f"r{s.repeat}" if repeat and re.search(r"-r\d+$", s.run_id) else "")
-    return f"{run:<5} {s.algorithm:<9} {s.compressor[:26]:<26} {s.collective:<10}"
-
-
-def floor_head(ratio: str) -> str:
-    return f"{'median(ms)':>10} {'floor(ms)':>10} {ratio:>7}"
-
-
-def floor_columns(s) -> str:
-    """A run's median iteration, floor and their ratio (under :func:`floor_head`)."""
-    return f"{s.median_iter_ms:>10.4f} {s.floor_ms:>10.4f} {s.floor_ratio:>7.2f}"
-
-
-def summary_table(summaries) -> str:
-    cols = ("grad", "compress", "wait_up", "comm_up", "server", "wait_down", "comm_down", "other", "iter")
-    head = (f"{RUN_HEAD} {'status':<10} {'iters':>6} {'f - f*':>10} "
-            f"{'MB up':>9} {'wire/model':>10} " + " ".join(f"{c + '(ms)':>12}" for c in cols))
-    floor = any(math.isfinite(s.floor_ratio) for s in summaries)
-    if floor:
-        head += " " + floor_head("/floor")
-    lines = ["# per-iteration times: mean over iterations and ranks; MB up: bytes that crossed the network "
-             "(every rank's under allreduce/allgather, all but rank 0's under gather); wait_*: waiting for "
-             "other ranks (late senders) before a transfer, comm_*: the collective, other: hpcgc's bookkeeping, iter: wall-clock "
-             "(docs/results.md, Phases)",
-             "# f - f*: the final suboptimality; on problems without f* (nonconvex) the final "
-             "|grad f|^2 / |grad f(x0)|^2, marked g",
-             head, "-" * len(head)]
-    for s in summaries:
-        lines.append(f"{run_columns(s)} {s.status:<10} {s.iterations:>6} "
-                     f"{_measure(s):>10} {s.mb_up:>9.4f} {s.wire_over_model:>10.3f} "
-                     + " ".join(f"{s.phase_ms.get(c, math.nan):>12.4f}" for c in cols)
-                     + (" " + floor_columns(s) if floor else ""))
-    if floor:
-        lines.append("# median: hpcgc's median iteration (over ranks and iterations); floor: the same collectives with "
-                     "the same message sizes and nothing else (python -m hpcgc.bench floor, docs/performance.md)")
-    return "\n".join(lines)
-
-
-def spread_groups(summaries, group_of) -> list[tuple[str, list]]:
-    """Summaries grouped by ``group_of(summary)`` (the run's configuration without its seed), in
-    first-seen order; groups of one run are left out."""
-    groups: dict = {}
-    for s in summaries:
-        groups.setdefault(group_of(s), []).append(s)
-    return [(k, g) for k, g in groups.items() if len(g) > 1]
-
-
-def over_what(group) -> str:
-    """'repeats', 'seeds' or 'repeats x seeds': what a group's runs differ in."""
-    reps, seeds = len({s.repeat for s in group}), len({s.seed for s in group})
-    return "repeats x seeds" if reps > 1 and seeds > 1 else "seeds" if seeds > 1 else "repeats"
-
-
-def spread_table(summaries, group_of) -> str:
-    """The median and 95 % interval (hpcgc.analysis.spread: order statistics of the median) of time
-    per iteration, iterations and time to target of each group of runs that share a configuration
-    but the seed (repeats of one grid point, seeds, or both); empty when every group has one run."""
-    from .analysis.spread import describe, format_spread, spread
-    groups = spread_groups(summaries, group_of)
-    if not groups:
-        return ""
-    head = (f"{RUN_HEAD} {'over':<15} {'n':>3} {'ms/it (median) [95% interval]':>34} "
-            f"{'iterations':>26} {'time to target (s)':>30}")
-    lines = ["# spread over runs of one configuration: median [95 % interval] (order statistics of the median; "
-             "docs/analysis.md, Spread)", head, "-" * len(head)]
-    ns = set()
-    for _, g in groups:
-        ns.add(len(g))
-        tt = spread([s.time_to_target_s for s in g])
-        reached = f" ({tt.n}/{len(g)})" if tt.n < len(g) else ""
-        lines.append(f"{run_columns(g[0], repeat=False)} {over_what(g):<15} {len(g):>3} "
-                     f"{format_spread(spread([s.median_iter_ms for s in g])):>34} "
-                     f"{format_spread(spread([s.iterations for s in g]), '.6g'):>26} "
-                     f"{format_spread(tt) + reached:>30}")
-    lines += [f"# n = {n}: {describe(n)}" for n in sorted(ns)]
-    lines.append("# time to target: the loop's wall-clock of runs stopped by run.tolerance (k/n: k of n runs reached it)")
-    return "\n".join(lines)
-
-
 def cmd_run(args, argv, validate_only=False) -> int:
     from . import config
     from .errors import ConfigError
@@ -356,8 +266,7 @@ def cmd_run(args, argv, validate_only=False) -> int:
         if spread:
             say(spread)
         if args.command == "floor":
-            from .floor import table
-            say(table(summaries))
+            say(floor_table(summaries))
         warnings = getattr(summaries, "warnings", [])
         if warnings:                      # after a blank line: the tables above end there for a parser
             say("\n" + "\n".join(warnings))

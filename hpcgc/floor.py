@@ -155,21 +155,3 @@ def run_floor(run, transport, done: int, state=None, **kw) -> dict:
         out["floor_kernels_seconds"] = out["floor_seconds"] + kernels(run, transport, state,
                                                                      kw.get("seconds", SECONDS))
     return out
-
-
-def table(summaries) -> str:
-    """The floor table printed by ``python -m hpcgc.bench floor``."""
-    from .bench import RUN_HEAD, floor_columns, floor_head, run_columns
-    head = (f"{RUN_HEAD} {'iters':>6} {floor_head('ratio')} {'+kernels(ms)':>12} {'ratio':>7}"
-            "  collectives per iteration (rank 0)")
-    lines = ["# floor: the run's collectives with its message sizes and nothing else, back to back "
-             "(median of batches, slowest rank); median: hpcgc's median iteration (wall-clock, over ranks "
-             "and iterations); ratio = median / floor",
-             "# +kernels: the floor plus the method's own kernels timed alone (slowest worker's gradient and "
-             "message + rank 0's server step; gather only, else nan); its ratio = median / (collectives + kernels), "
-             "the figure docs/performance.md quotes",
-             head, "-" * len(head)]
-    for s in summaries:
-        lines.append(f"{run_columns(s)} {s.iterations:>6} {floor_columns(s)} {s.floor_kernels_ms:>12.4f} "
-                     f"{s.floor_ratio_kernels:>7.2f}  {s.floor_collectives}")
-    return "\n".join(lines)
