@@ -19,7 +19,7 @@ from hpcgc.compressors.kernels import wire
 from hpcgc.compressors.powersgd import orthonormalize_columns
 from hpcgc.errors import ConfigError, PayloadError
 
-from .test_compressors import fuzz_decoders
+from .compressor_checks import fuzz_decoders
 
 EXACT64 = 1e-12
 EXACT32 = 1e-5

@@ -20,8 +20,8 @@ from hpcgc.compressors import qsgd_elias as qe
 from hpcgc.compressors.kernels import wire
 from hpcgc.errors import ConfigError, PayloadError
 
+from .compressor_checks import check_decoded, check_unbiased, coord_variance, draws, fuzz_decoders
 from .elias_ref import omega_string
-from .test_compressors import check_decoded, check_unbiased, coord_variance, draws, fuzz_decoders
 
 SPECS = ["qsgd:s=4", "qsgd:s=1", "qsgd:s=2,bucket=16", "qsgd:s=3,bucket=50,p=inf",
          "qsgd:s=7,bucket=64,fp64=true", "qsgd:s=255,bucket=512", "qsgd:s=1000",
@@ -502,7 +502,7 @@ def test_fuzz_with_numba_boundscheck(boundscheck_cache):
     import sys
 
     from .conftest import ROOT
-    code = ("import tests.test_qsgd_elias as t; from tests.test_compressors import fuzz_decoders; "
+    code = ("import tests.test_qsgd_elias as t; from tests.compressor_checks import fuzz_decoders; "
             "a, r = fuzz_decoders(t.ELIAS_FUZZ_SPECS, trials=300, seed=1); k = t.fuzz_parse_kernel(4000, 1); "
             "import numpy as np; from hpcgc import compressors; c = compressors.make('qsgd:s=7,code=elias'); "
             "x = np.random.default_rng(0).standard_normal(100_000); "
