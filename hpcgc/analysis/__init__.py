@@ -11,7 +11,11 @@ Modules (installed with ``pip install "hpcgc[analysis]"``, so this works from an
     projection  the α–β network model of a run (uses costmodels; no dependency on the report)
     report      figures, ``report.html``, the ``hpcgc report`` command (uses tables and projection)
     project     the ``hpcgc project`` command (uses tables and projection)
-    breakeven   the ``hpcgc breakeven`` command: break-even bandwidth against the uncompressed Allreduce
+    breakeven   the ``hpcgc breakeven`` command: break-even bandwidth against the Allreduce a user would run;
+                a package: measure (what a run measured, the target), model (T(α, β, n), break-even, α),
+                report (the table, the spread), check (the model against measured runs), figures, cli
+    baselines   which uncompressed-equivalent Allreduce (fp16, bf16, fp32) is the baseline
+    reducescatter  the compressed reduce-scatter's cost model
     dagc_table  the DAGC comparison table
 
 The dependency graph is one way: costmodels ← projection ← tables ← report, project, breakeven. Results as pandas frames are

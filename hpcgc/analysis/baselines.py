@@ -16,8 +16,6 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 SIXTEEN = ("fp16", "bf16")
 WIDE = ("fp32", "fp64")
 BITS = {"fp16": 16, "bf16": 16, "fp32": 32, "fp64": 64}
@@ -77,28 +75,14 @@ class Choice:
         return ""
 
 
-def measured_time(m, target) -> float:
-    """Mean over seeds of the measured time to target (rank 0's summed ``time/iter`` up to the
-    first row at the target); NaN when some seed missed it or the method has no runs."""
-    from .breakeven import measured_run_time, run_target_series
-    from .projection import first_reached
-    out = []
-    for ri in m.runs:
-        t = first_reached(run_target_series(ri, target), target.eps)
-        if t is None:
-            return float("nan")
-        out.append(measured_run_time(ri.run, t))
-    return float(np.mean(out)) if out else float("nan")
-
-
-def choose(ms: list, target, beta_ref: float, alpha: float, gamma: float = 0.0, time_of=None) -> Choice:
+def choose(ms: list, target, beta_ref: float, alpha: float, gamma: float = 0.0, *, time_of) -> Choice:
     """The panel's baseline among its uncompressed-equivalent Allreduce methods that reach the
     target (``m.baseline`` and finite ``m.iterations``; the caller checks there is one): the fastest
-    of the measured fp16/bf16 ones and the float32 one — by measured time to target
-    (:func:`measured_time`; a method without runs: modelled at β = ``beta_ref``); ties go to 16 bits.
+    of the measured fp16/bf16 ones and the float32 one — by measured time to target (``time_of(m)``:
+    :func:`hpcgc.analysis.breakeven.measure.measured_time`; a method without runs: modelled at
+    β = ``beta_ref``); ties go to 16 bits.
     No 16-bit run at all (reached or not): the 16-bit baseline modelled from the float32 one (:func:`modelled_16bit`; under
     the model it is faster than the float32 one at every bandwidth: same compute, half the bytes)."""
-    time_of = time_of or (lambda m: measured_time(m, target))
     cands = [m for m in ms if m.baseline and math.isfinite(m.iterations)]
     sixteen = [m for m in cands if m.precision in SIXTEEN]
     wide = sorted((m for m in cands if m.precision in WIDE),
