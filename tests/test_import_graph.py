@@ -19,9 +19,6 @@ ACCEPTED = {
     # an error message names the registered algorithms that would take the problem / the compressor
     ("hpcgc.algorithms.base", "hpcgc.algorithms"),
     ("hpcgc.algorithms.diana", "hpcgc.algorithms"),
-    # the transport package re-exports its timer (hpcgc.transport.CollectiveTimer), which builds on
-    # Transport, defined in the package's __init__ (to break it: Transport in a module of its own)
-    ("hpcgc.transport.timer", "hpcgc.transport"),
 }
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from . import ROOT, Transport, reduction
+from .core import ROOT, Transport
+from .reductions import reduction
 
 # -- the ``collectives`` micro-benchmark (hpcgc.collectives): timed, never in the ledger ----------
 COLLECTIVES = ("gather", "bcast", "allreduce", "allgather")
