@@ -3,6 +3,9 @@ read from the results files' ledgers (``bits_up_wire``, ``bits_received_wire``; 
 Byte counts do not depend on the machine's load.
 
     .venv/bin/python scripts/bytes-per-rank.py [--ranks 2 4 8] [--d 65536] [--out DIR]  → CSV on stdout
+
+The documented table (docs/cost-models.md) is docs/data/reduce-scatter/bytes-per-rank.csv: redirect the
+output there, then `python -m hpcgc.docs_tables render`.
 """
 from __future__ import annotations
 
