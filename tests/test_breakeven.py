@@ -575,3 +575,24 @@ def test_label_drops_a_hyphenated_collective():
     assert be._label("diana-qsgd-rs (collective=reduce-scatter, step_multiplier=4)") == \
         "diana-qsgd-rs (step_multiplier=4)"
     assert be._label("ef (collective=allgather)") == "ef"
+
+
+def test_measured_16bit_runs_are_the_baseline_end_to_end(tmp_path):
+    """Measured fp32, fp16 and bf16 Allreduce runs through `hpcgc breakeven`: the baseline is chosen
+    among the measured runs by their measured time to the target (the path `measured_time` takes;
+    once broken by a module split, with only the modelled path tested), named in the note and tagged."""
+    out = tmp_path / "casts.h5"
+    p = run_mpi(2, ["-m", "hpcgc.bench", "--set", "run.iterations=60", "--set", "run.eval_every=10",
+                    "--set", "run.tolerance=0", "--set", 'sweep.algorithm=["dcgd"]',
+                    "--set", 'sweep.collective=["allreduce"]',
+                    "--set", 'sweep.compressor=["identity", "identity:fp16", "identity:bf16"]', "-o", str(out), "-q"],
+                timeout=400)
+    assert p.returncode == 0, show(p)
+    r = hpcgc(out, "--latency-us", "5", "--eps", "1e-2", "-o", tmp_path / "be")
+    assert r.returncode == 0, r.stderr
+    assert "(measured: " in r.stderr + r.stdout and "modelled" not in r.stdout.split("|")[0]
+    rows = _csv(tmp_path / "be" / "breakeven.csv")
+    tags = [row["method"] for row in rows if "baseline" in row["method"]]
+    assert sum("[baseline: " in t for t in tags) == 1               # one chosen baseline ...
+    assert len(tags) == 1 or any("[fp32 baseline: second line]" in t for t in tags)   # ... fp32 beside it
+    assert {row["baseline"] for row in rows} <= {"fp16", "bf16", "fp32"}

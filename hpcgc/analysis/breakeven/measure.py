@@ -158,8 +158,7 @@ def measured_run_time(run, row: int) -> float:
 def measured_time(m, target) -> float:
     """Mean over seeds of the measured time to target (rank 0's summed ``time/iter`` up to the
     first row at the target); NaN when some seed missed it or the method has no runs."""
-    from .breakeven.measure import measured_run_time, run_target_series
-    from .projection import first_reached
+    from ..projection import first_reached
     out = []
     for ri in m.runs:
         t = first_reached(run_target_series(ri, target), target.eps)
