@@ -65,3 +65,11 @@ def test_breakeven_rows_leave_the_baselines_out(tmp_path):
     assert head == list(verdict.BREAKEVEN_COLUMNS)
     assert [r[3] for r in body] == ["fast"]
     assert body[0][5:] == ["fp16", "below 3 Gb/s", "below 2 Gb/s", "never", "always"]
+
+
+def test_a_float32_baseline_is_its_own_fp32_line(tmp_path):
+    c = campaign(tmp_path)
+    _write(c / "breakeven-all.csv", [{**KEY, "method": "fp32 run [baseline: fp32]"}, {**KEY, "method": "fast"}])
+    head, *body = verdict.rows(c)
+    got = {r[3]: dict(zip(head, r)) for r in body}
+    assert got["fast"]["vs_baseline"] == got["fast"]["vs_fp32"] == "0.29"

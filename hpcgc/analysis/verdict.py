@@ -54,7 +54,7 @@ def baselines(rows: list[dict]) -> dict:
         else:
             wide = label
         out[_key(r)] = (base, wide, prec)
-    return out
+    return {k: (b, w if w is not None or not p.startswith("fp32") else b, p) for k, (b, w, p) in out.items()}
 
 
 def _fmt(s) -> str:
