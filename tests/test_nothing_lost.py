@@ -131,7 +131,9 @@ def test_signal_stops_gracefully_and_keeps_the_running_run(tmp_path, sig, code, 
     _, err = p.communicate(timeout=60)
     took = time.monotonic() - t0
     assert p.returncode == code, err
-    assert took < 5, took
+    # the stop is prompt, not the end of the run (10⁶ iterations: minutes): 30 s leaves room for a
+    # loaded machine (a 5 s bound failed once under load) and still tells a stop from a finished run
+    assert took < 30, took
     lines = [line for line in err.splitlines() if line.startswith("hpcgc: interrupted")]
     assert len(lines) == 1 and str(partial) in lines[0] and "--resume" in lines[0], err
     res = results.load(partial)
