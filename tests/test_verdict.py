@@ -36,7 +36,7 @@ def campaign(tmp_path):
 def test_verdicts_from_intervals(tmp_path):
     head, *body = verdict.rows(campaign(tmp_path))
     assert head == list(verdict.COLUMNS)
-    got = {r[3]: dict(zip(head, r)) for r in body}
+    got = {r[4]: dict(zip(head, r)) for r in body}
     assert got["fp16 run"]["verdict"] == "baseline (fp16)"
     assert got["fast"]["verdict"] == "faster" and got["fast"]["vs_baseline"] == "0.55"
     assert got["fast"]["vs_fp32"] == "0.29"
@@ -71,5 +71,5 @@ def test_a_float32_baseline_is_its_own_fp32_line(tmp_path):
     c = campaign(tmp_path)
     _write(c / "breakeven-all.csv", [{**KEY, "method": "fp32 run [baseline: fp32]"}, {**KEY, "method": "fast"}])
     head, *body = verdict.rows(c)
-    got = {r[3]: dict(zip(head, r)) for r in body}
+    got = {r[4]: dict(zip(head, r)) for r in body}
     assert got["fast"]["vs_baseline"] == got["fast"]["vs_fp32"] == "0.29"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .spread import separated, spread
 
-COLUMNS = ("setting", "n", "target", "method", "collective", "iterations", "time_to_target_s",
+COLUMNS = ("experiment", "setting", "n", "target", "method", "collective", "iterations", "time_to_target_s",
            "vs_baseline", "vs_fp32", "verdict")
 _TAG = re.compile(r"\s*\[(?:baseline: (?P<base>[a-z0-9]+)[^\]]*|(?P<wide>fp32) baseline: second line)\]")
 
@@ -104,13 +104,13 @@ def rows(campaign: Path) -> list[list[str]]:
             t = _time(runs)
             its = sorted({int(float(r["iterations"])) for r in runs})
             verdict = f"baseline ({prec})" if label == base else _verdict(t, t_base)
-            table.append([key[0], str(key[1]), key[3], label, runs[0]["collective"],
+            table.append([key[2], key[0], str(key[1]), key[3], label, runs[0]["collective"],
                           "/".join(map(str, its)) if t is not None else f"> {its[-1]}",
                           _fmt(t), _ratio(t, t_base), _ratio(t, t_wide), verdict])
     return table
 
 
-BREAKEVEN_COLUMNS = ("setting", "n", "target", "method", "collective", "baseline", "break-even at the runs' n",
+BREAKEVEN_COLUMNS = ("experiment", "setting", "n", "target", "method", "collective", "baseline", "break-even at the runs' n",
                      "at n = 128", "at n = 1024", "at the runs' n, against fp32")
 
 
