@@ -153,14 +153,7 @@ class Marina(Algorithm):
     def rs_reduced(self, state: ServerState, add_sum, dense: bool) -> np.ndarray:
         state.m[:] = 0.0
         add_sum(state.m)
-        if dense:
-            state.g[:] = state.m
-        else:
-            state.g += state.m
-        state.x -= self.gamma * state.g
-        state.k += 1
-        state.dense[0] = dense
-        return state.x
+        return self._step(state, dense)
 
     # -- server ----------------------------------------------------------------------------------
     def server_init(self, x0: np.ndarray) -> ServerState:
@@ -174,6 +167,11 @@ class Marina(Algorithm):
         state.m[:] = 0.0
         for i, payload in messages:
             (self.dense if dense else self.compressors[i]).decompress_add(payload, self.d, state.m, self.weights[i])
+        return self._step(state, dense)
+
+    def _step(self, state: ServerState, dense: bool) -> np.ndarray:
+        """g = m (dense round) or g += m (the aggregated compressed differences), then x −= γg: the
+        server step of every collective, from the aggregate already summed into ``state.m``."""
         if dense:
             state.g[:] = state.m
         else:
