@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # emulated-cluster.sh - an emulated cluster with slow per-node links on one machine (docs/emulated-cluster.md).
 #
-# usage: scripts/emulated-cluster.sh up     --nodes N --rate R [--name NAME]
+# usage: scripts/emulated-cluster.sh up     --nodes N --rate R [--ranks-per-node K] [--name NAME]
 #        scripts/emulated-cluster.sh run    [--name NAME] -- <mpiexec arguments...>
 #        scripts/emulated-cluster.sh down   [--name NAME]
 #        scripts/emulated-cluster.sh status [--name NAME]
@@ -10,17 +10,24 @@
 #   up      N network namespaces "NAME-n0" ... as nodes, each with a veth link (eth0, 10.77.0.(i+1)/24)
 #           into the bridge br0 (10.77.0.254) of a hub namespace "NAME-hub"; a token-bucket shaper
 #           (tc tbf rate R burst 256kb latency 5s) on both ends of every link. All addresses exist only
-#           inside these namespaces: the host's network is not touched. Refuses if NAME exists.
+#           inside these namespaces: the host's network is not touched. Refuses if NAME exists, and
+#           clusters of more ranks (N x K) than this machine holds (MAX_RANKS below).
 #   run     mpiexec (MPICH hydra, found on PATH or HPCGC_MPIEXEC) in the hub namespace, one hydra proxy
-#           per node started through scripts/emulated-cluster-launch (ip netns exec), -iface br0
-#           -hosts <the node addresses>, with MPIR_CVAR_NOLOCAL=1 MPIR_CVAR_CH4_NETMOD=ofi
-#           FI_PROVIDER=sockets so every message takes the shaped network path. The ranks see the
-#           caller's environment (PATH, VIRTUAL_ENV, PYTHONPATH, ...; NUMBA_NUM_THREADS defaults to 1).
-#           Exit status: mpiexec's.
+#           per node started through scripts/emulated-cluster-launch (ip netns exec + its own UTS
+#           namespace: every rank of node i sees the host name NAME-n<i>), -iface br0
+#           -hosts <the node addresses>[:K], MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=sockets.
+#           K = 1: MPIR_CVAR_NOLOCAL=1, every message takes the shaped network path (as before).
+#           K > 1: the K ranks of a node (consecutive ranks) talk through shared memory, the nodes
+#           through the shaped links; -n must be a multiple of K and at most N x K.
+#           The ranks see the caller's environment (PATH, VIRTUAL_ENV, PYTHONPATH, ...;
+#           NUMBA_NUM_THREADS defaults to 1). Exit status: mpiexec's.
 #   down    kills what runs in the namespaces and removes them (also after a failed up/run). Idempotent.
 #   status  the cluster's nodes, addresses and shapers (or all clusters, without --name).
 #
 #   --nodes N    2 ... 250          --rate R   tc rate: 1gbit, 100mbit, 10mbit, 500kbit, ...
+#   --ranks-per-node K   1 ... 64 (default 1): MPI ranks per node, sharing memory inside the node.
+#                N x K at most MAX_RANKS = 32 ranks (HPCGC_EMULATED_MAX_RANKS overrides; docs/emulated-cluster.md
+#                "How large").
 #   --name NAME  prefix of every namespace (default hpcgc-emu; [A-Za-z0-9_.-], at most 40 characters).
 #                Use a unique name per concurrent user (tests use one per invocation).
 #
@@ -38,9 +45,12 @@ SUBNET=10.77.0        # private, and only inside the cluster's own namespaces
 HUB_ADDR=$SUBNET.254
 BURST=256kb
 LATENCY=5s
+# the largest cluster (N x K ranks) this 2-core, 24 GB machine holds usefully: measured by
+# scripts/emulated-cluster-capacity.sh (docs/emulated-cluster.md, "How large")
+MAX_RANKS=${HPCGC_EMULATED_MAX_RANKS:-32}
 
 die() { echo "emulated-cluster: error: $*" >&2; exit "${DIE_STATUS:-2}"; }
-usage() { sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,40p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 # capabilities: root, or CAP_NET_ADMIN (bit 12) and CAP_SYS_ADMIN (bit 21, needed by ip netns) effective
 have_caps() {
@@ -55,9 +65,10 @@ require_tools() {
   have_caps || DIE_STATUS=3 die "needs root or CAP_NET_ADMIN + CAP_SYS_ADMIN (network namespaces, tc); run with sudo"
   command -v ip >/dev/null || DIE_STATUS=3 die "'ip' (iproute2) not found"
   command -v tc >/dev/null || DIE_STATUS=3 die "'tc' (iproute2) not found"
+  command -v unshare >/dev/null || DIE_STATUS=3 die "'unshare' (util-linux) not found"
 }
 
-NAME=hpcgc-emu NODES="" RATE=""
+NAME=hpcgc-emu NODES="" RATE="" RPN=1
 parse_opts() {
   while [ $# -gt 0 ]; do
     case "$1" in
@@ -65,6 +76,8 @@ parse_opts() {
       --nodes=*) NODES=${1#*=}; shift ;;
       --rate) [ $# -ge 2 ] || die "--rate needs a value"; RATE=$2; shift 2 ;;
       --rate=*) RATE=${1#*=}; shift ;;
+      --ranks-per-node) [ $# -ge 2 ] || die "--ranks-per-node needs a value"; RPN=$2; shift 2 ;;
+      --ranks-per-node=*) RPN=${1#*=}; shift ;;
       --name) [ $# -ge 2 ] || die "--name needs a value"; NAME=$2; shift 2 ;;
       --name=*) NAME=${1#*=}; shift ;;
       --) shift; REST=("$@"); return 0 ;;
@@ -114,6 +127,11 @@ cmd_up() {
     die "--nodes '$NODES': a whole number from 2 to 250"
   [[ $RATE =~ ^[0-9]+(\.[0-9]+)?([kmgt]?(bit|bps))$ ]] ||
     die "--rate '$RATE': a tc rate such as 1gbit, 100mbit, 10mbit, 500kbit (bit = bits/s, bps = bytes/s)"
+  [[ $RPN =~ ^[0-9]+$ ]] && [ "$RPN" -ge 1 ] && [ "$RPN" -le 64 ] ||
+    die "--ranks-per-node '$RPN': a whole number from 1 to 64"
+  [[ $MAX_RANKS =~ ^[0-9]+$ ]] || die "HPCGC_EMULATED_MAX_RANKS '$MAX_RANKS': a whole number"
+  [ $((NODES * RPN)) -le "$MAX_RANKS" ] ||
+    die "--nodes $NODES --ranks-per-node $RPN is $((NODES * RPN)) ranks; this machine holds at most $MAX_RANKS ($(nproc 2>/dev/null || echo '?') cores: every rank of every node shares them, and beyond $MAX_RANKS ranks scheduling, not the links, sets the times; docs/emulated-cluster.md, 'How large'). HPCGC_EMULATED_MAX_RANKS=<n> overrides"
   if [ -e "$DIR" ] || [ -n "$(cluster_namespaces)" ]; then
     die "cluster '$NAME' exists already (scripts/emulated-cluster.sh status --name $NAME; down --name $NAME removes it)"
   fi
@@ -122,6 +140,7 @@ cmd_up() {
   trap 'echo "emulated-cluster: error: up failed; removing cluster $NAME" >&2; cmd_down_quiet' ERR
   echo "$NODES" >"$DIR/nodes"
   echo "$RATE" >"$DIR/rate"
+  echo "$RPN" >"$DIR/ranks_per_node"
   : >"$DIR/hosts"
   ip netns add "$HUB"
   ip -n "$HUB" link set lo up
@@ -155,7 +174,7 @@ cmd_up() {
     done
   done
   trap - ERR
-  echo "emulated-cluster: $NAME up: $NODES nodes ($SUBNET.1 ... $SUBNET.$NODES), hub $HUB ($HUB_ADDR on br0), every link $RATE each way (tbf burst $BURST)"
+  echo "emulated-cluster: $NAME up: $NODES nodes ($SUBNET.1 ... $SUBNET.$NODES) x $RPN rank(s) per node, hub $HUB ($HUB_ADDR on br0), every link $RATE each way (tbf burst $BURST)"
 }
 
 cmd_down_quiet() {
@@ -187,13 +206,13 @@ cmd_status() {
     for d in "$STATE_ROOT"/*/; do
       [ -f "$d/nodes" ] || continue
       found=1
-      echo "$(basename "$d"): $(cat "$d/nodes") nodes at $(cat "$d/rate")"
+      echo "$(basename "$d"): $(cat "$d/nodes") nodes x $(cat "$d/ranks_per_node" 2>/dev/null || echo 1) rank(s) per node at $(cat "$d/rate")"
     done
     [ $found = 1 ] || echo "emulated-cluster: no cluster is up"
     return 0
   fi
   [ -f "$DIR/hosts" ] || { echo "emulated-cluster: $NAME is not up"; exit 1; }
-  echo "cluster $NAME: $(cat "$DIR/nodes") nodes, every link $(cat "$DIR/rate") each way; hub $HUB ($HUB_ADDR on br0)"
+  echo "cluster $NAME: $(cat "$DIR/nodes") nodes x $(cluster_rpn) rank(s) per node, every link $(cat "$DIR/rate") each way; hub $HUB ($HUB_ADDR on br0)"
   local addr node
   while read -r addr node; do
     echo "  $node  $addr  $(tc -n "$node" qdisc show dev eth0 | head -1)"
@@ -211,15 +230,46 @@ cmd_run() {
   version=$("$mpiexec" --version 2>/dev/null || true)    # (no pipe into grep -q: SIGPIPE under pipefail)
   [[ $version == *HYDRA* ]] ||
     die "$mpiexec is not MPICH's hydra mpiexec (the emulation starts its proxies with -launcher-exec)"
-  local hosts
-  hosts=$(awk '{print $1}' "$DIR/hosts" | paste -sd, -)
+  local rpn hosts np
+  rpn=$(cluster_rpn)
+  if [ "$rpn" = 1 ]; then
+    hosts=$(awk '{print $1}' "$DIR/hosts" | paste -sd, -)
+    local locality=(MPIR_CVAR_NOLOCAL=1)     # one rank per node: every byte on the shaped network
+  else
+    np=$(mpiexec_np "${REST[@]}")
+    [[ $np =~ ^[0-9]+$ ]] || np=""
+    local nodes; nodes=$(cat "$DIR/nodes")
+    if [ -n "$np" ]; then
+      [ $((np % rpn)) = 0 ] ||
+        die "-n $np is not a multiple of the cluster's $rpn ranks per node (up --ranks-per-node $rpn): every node runs $rpn ranks"
+      [ "$np" -le $((nodes * rpn)) ] ||
+        die "-n $np is more than the cluster's $nodes nodes x $rpn ranks per node = $((nodes * rpn)) ranks"
+    fi
+    hosts=$(awk -v k="$rpn" '{print $1 ":" k}' "$DIR/hosts" | paste -sd, -)
+    local locality=(MPIR_CVAR_NOLOCAL=0)     # the ranks of a node share memory, the nodes the shaped links
+  fi
   # the ranks inherit this environment (same file system: the venv and the repository are visible)
   exec ip netns exec "$HUB" env \
     HPCGC_EMULATED_CLUSTER_HOSTS="$DIR/hosts" \
-    MPIR_CVAR_NOLOCAL=1 MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=sockets FI_SOCKETS_IFACE=eth0 \
+    "${locality[@]}" MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=sockets FI_SOCKETS_IFACE=eth0 \
     NUMBA_NUM_THREADS="${NUMBA_NUM_THREADS:-1}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" \
     "$mpiexec" -launcher ssh -launcher-exec "$HERE/emulated-cluster-launch" \
     -iface br0 -hosts "$hosts" "${REST[@]}"
+}
+
+# ranks per node of the cluster that is up (1 for clusters built before the option existed)
+cluster_rpn() { cat "$DIR/ranks_per_node" 2>/dev/null || echo 1; }
+
+# the rank count of mpiexec's arguments (-n / -np before the program), empty if not given
+mpiexec_np() {
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      -n|-np) echo "${2:-}"; return 0 ;;
+      -n=*|-np=*) echo "${1#*=}"; return 0 ;;
+      -*) shift ;;
+      *) return 0 ;;          # the program: its own -n is not mpiexec's
+    esac
+  done
 }
 
 [ $# -gt 0 ] || { usage >&2; exit 2; }
