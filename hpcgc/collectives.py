@@ -12,6 +12,10 @@ Per collective, an α–β (Hockney) model t(s) = α + β·s is fitted to the av
 :func:`fit_alpha_beta` — one least-squares fit in *relative* error over all measured sizes — and
 reported with its error (max and median relative deviation of the model from the avg column).
 
+With several ranks per node (two or more nodes of two or more ranks each) the same collectives are
+then measured on each node's communicator and on the node leaders' communicator — the intra-node and
+inter-node α, β of a hierarchical exchange (:mod:`hpcgc.collective_levels`).
+
 Output: an OSU-like header (:func:`hpcgc.provenance.header`), one aligned table per collective,
 the fit lines; and one HDF5 file (:func:`hpcgc.results.write_collectives`, read back with
 :func:`hpcgc.results.load_collectives`; layout in ``docs/collectives.md``).
@@ -290,7 +294,8 @@ def fit_memory(args, t, hosts) -> str | None:
         if fit is not None:
             args.node_max = fit
             return None
-    return memory_error(args.collectives, max(args.sizes), t.size, ranks_here, root_here, avail, me)
+    from .transport import processor_name
+    return memory_error(args.collectives, max(args.sizes), t.size, ranks_here, root_here, avail, processor_name())
 
 
 def _check_out(path: Path) -> str | None:
@@ -303,9 +308,9 @@ def _check_out(path: Path) -> str | None:
 
 
 def setup(args, t):
-    """Collective set-up checks (memory per node, output path); every rank raises alike on error."""
-    from .transport import processor_name
-    hosts = t.bcast_object(t.gather_object(processor_name()))
+    """Collective set-up checks (memory per machine, output path); every rank raises alike on error."""
+    from .machine import machine_id
+    hosts = t.bcast_object(t.gather_object(machine_id()))
     error = None
     try:
         args.node_max = max(args.sizes)
@@ -361,9 +366,17 @@ def options_attrs(args) -> dict:
             "size_convention": "bytes contributed by each rank", "statistic": DESCRIBE_STAT}
 
 
+def make_table(kind, cols, fit, args):
+    """The :class:`hpcgc.results.CollectiveTable` of one sweep and its fit."""
+    from .results import CollectiveTable
+    desc = DESCRIBE[kind].format(dtype="float64" if args.fp64 else "float32")
+    alpha, beta, err, err_med = fit
+    return CollectiveTable(kind=kind, **cols, alpha=alpha, beta=beta, fit_error=err, fit_error_median=err_med,
+                           fit_method=FIT_METHOD, attrs={"mpi_calls": desc, "item_bytes": item_bytes(kind, args.fp64)})
+
+
 def measure_all(timer, args, say) -> list:
     """Sweep every selected collective; print its table and fit → list of CollectiveTable."""
-    from .results import CollectiveTable
     tables = []
     for kind in args.collectives:
         sizes = sizes_for(kind, args.sizes, args.fp64)
@@ -373,11 +386,9 @@ def measure_all(timer, args, say) -> list:
         say(f"\n# {kind}: {desc}")
         say(TABLE_HEAD)
         cols = sweep_one(timer, kind, sizes, args, say)
-        alpha, beta, err, err_med = fit_alpha_beta(cols["size"], cols["avg"])
-        say(fit_line(alpha, beta, err, err_med, len(sizes)))
-        tables.append(CollectiveTable(kind=kind, **cols, alpha=alpha, beta=beta, fit_error=err,
-                                      fit_error_median=err_med, fit_method=FIT_METHOD,
-                                      attrs={"mpi_calls": desc, "item_bytes": item_bytes(kind, args.fp64)}))
+        fit = fit_alpha_beta(cols["size"], cols["avg"])
+        say(fit_line(*fit, len(sizes)))
+        tables.append(make_table(kind, cols, fit, args))
     return tables
 
 
@@ -386,6 +397,7 @@ def main(argv) -> int:
     import datetime
 
     from . import machine, provenance
+    from .collective_levels import measure_levels
     from .results import write_collectives
     from .transport import CollectiveTimer, Transport
 
@@ -401,10 +413,14 @@ def main(argv) -> int:
     if t.is_root:
         say(machine.describe(probe.start))
     tables = measure_all(CollectiveTimer(t), args, say)
+    levels = measure_levels(t, args, say, sweep_one, fit_alpha_beta,
+                            lambda kind, cols, fit: make_table(kind, cols, fit, args))
     noise, warnings = probe.finish()
     for w in warnings:
         say(w)
     if t.is_root:
-        path = write_collectives(args.out_path, {**attrs, **options_attrs(args), **noise}, tables)
+        shape = levels.pop(None)
+        path = write_collectives(args.out_path, {**attrs, **options_attrs(args), **noise, **shape}, tables,
+                                 levels)
         say(f"\n# results: {path}")
     return 0

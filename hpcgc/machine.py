@@ -36,6 +36,17 @@ def _read(path: str) -> str | None:
         return None
 
 
+def machine_id() -> str:
+    """What identifies the machine (kernel) a rank runs on: the kernel's boot id, else MPI's processor
+    name. Not the host name: the nodes of an emulated cluster (``docs/emulated-cluster.md``) see host
+    names of their own but share this machine's cores and memory."""
+    boot = _read("/proc/sys/kernel/random/boot_id")
+    if boot and boot.strip():
+        return boot.strip()
+    from .transport import processor_name
+    return processor_name()
+
+
 def cores() -> int:
     """CPUs this process may run on (its affinity mask; else the machine's count)."""
     try:
@@ -186,8 +197,7 @@ class Probe:
         if self.t is None:
             rows = [("", mine)]
         else:
-            from .transport import processor_name
-            rows = self.t.gather_object((processor_name(), mine))
+            rows = self.t.gather_object((machine_id(), mine))
         if not self.root:
             return {}, []
         end = snapshot()

@@ -48,15 +48,47 @@ class CollectiveTable:
 
 
 class CollectivesResults(dict):
-    """``{collective name: CollectiveTable}`` in measurement order; file attributes in ``.attrs``."""
+    """``{collective name: CollectiveTable}`` in measurement order; file attributes in ``.attrs``;
+    ``.levels``: ``{"intra": CollectivesResults, "inter": ...}`` when the job had several ranks per
+    node (each level's ``.attrs["ranks"]``: the ranks of its communicator), else ``{}``."""
 
     attrs: dict
     path: Path
+    levels: dict
 
 
-def write_collectives(path, attrs: dict, tables) -> Path:
+LEVELS_GROUP = "levels"
+"""Where the per-level sweeps of a job with several ranks per node live: ``levels/intra/<collective>``
+and ``levels/inter/<collective>`` (``docs/collectives.md``)."""
+
+
+def _write_tables(group, tables):
+    group.attrs["collectives"] = _attr([tb.kind for tb in tables]) if tables else ""
+    for tb in tables:
+        g = group.create_group(tb.kind)
+        for k in COLLECTIVE_ARRAYS:
+            g.create_dataset(k, data=np.asarray(getattr(tb, k)))
+        for k in COLLECTIVE_FIT:
+            g.attrs[k] = getattr(tb, k)
+        for k, v in tb.attrs.items():
+            g.attrs[k] = _attr(v)
+
+
+def _read_tables(group, out):
+    kinds = _py(group.attrs.get("collectives")) or []
+    for kind in ([kinds] if isinstance(kinds, str) and kinds else kinds):
+        g = group[kind]
+        arrays = {k: g[k][()] for k in COLLECTIVE_ARRAYS}
+        fit = {k: _py(g.attrs[k]) for k in COLLECTIVE_FIT}
+        extra = {k: _py(v) for k, v in g.attrs.items() if k not in COLLECTIVE_FIT}
+        out[kind] = CollectiveTable(kind=kind, **arrays, **fit, attrs=extra)
+    return out
+
+
+def write_collectives(path, attrs: dict, tables, levels: dict | None = None) -> Path:
     """Write a collectives file (rank 0 only): provenance ``attrs`` at the root, one group per
-    :class:`CollectiveTable`; created as ``<path>.partial`` and renamed when complete."""
+    :class:`CollectiveTable`; ``levels`` (``{"intra" | "inter": (attrs, [CollectiveTable])}``) under
+    ``levels/<level>/``; created as ``<path>.partial`` and renamed when complete."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + PARTIAL_SUFFIX)
@@ -66,15 +98,12 @@ def write_collectives(path, attrs: dict, tables) -> Path:
         f.attrs["units"] = "seconds, bytes (size: bytes contributed by each rank); beta in seconds per byte"
         for k, v in attrs.items():
             f.attrs[k] = _attr(v)
-        f.attrs["collectives"] = _attr([tb.kind for tb in tables]) if tables else ""
-        for tb in tables:
-            g = f.create_group(tb.kind)
-            for k in COLLECTIVE_ARRAYS:
-                g.create_dataset(k, data=np.asarray(getattr(tb, k)))
-            for k in COLLECTIVE_FIT:
-                g.attrs[k] = getattr(tb, k)
-            for k, v in tb.attrs.items():
+        _write_tables(f, tables)
+        for level, (level_attrs, level_tables) in (levels or {}).items():
+            g = f.require_group(LEVELS_GROUP).create_group(level)
+            for k, v in level_attrs.items():
                 g.attrs[k] = _attr(v)
+            _write_tables(g, level_tables)
         f.attrs["complete"] = True
     os.replace(partial, path)
     return path
@@ -95,11 +124,11 @@ def load_collectives(path) -> CollectivesResults:
         out = CollectivesResults()
         out.attrs = {k: _py(v) for k, v in f.attrs.items()}
         out.path = path
-        kinds = out.attrs.get("collectives") or []
-        for kind in ([kinds] if isinstance(kinds, str) and kinds else kinds):
-            g = f[kind]
-            arrays = {k: g[k][()] for k in COLLECTIVE_ARRAYS}
-            fit = {k: _py(g.attrs[k]) for k in COLLECTIVE_FIT}
-            extra = {k: _py(v) for k, v in g.attrs.items() if k not in COLLECTIVE_FIT}
-            out[kind] = CollectiveTable(kind=kind, **arrays, **fit, attrs=extra)
+        _read_tables(f, out)
+        out.levels = {}
+        for level, g in (f[LEVELS_GROUP].items() if LEVELS_GROUP in f else ()):
+            lv = CollectivesResults()
+            lv.attrs = {k: _py(v) for k, v in g.attrs.items()}
+            lv.path, lv.levels = path, {}
+            out.levels[level] = _read_tables(g, lv)
         return out

@@ -27,8 +27,9 @@ an Allreduce counts its result vector, a Bcast counts at the non-root ranks).
 Also here: per-rank phase timers on ``MPI.Wtime`` and the error agreement that lets every rank
 exit cleanly (non-zero, no hang) when any rank hits a user error during set-up. The package's other
 modules are the transport too (the only code that calls MPI): :mod:`.reductions` (the MPI datatype and
-operation of each Allreduce wire type, incl. the user-defined bfloat16 SUM) and :mod:`.timer` (the
-timed primitives of the ``collectives`` micro-benchmark and of ``bench floor``).
+operation of each Allreduce wire type, incl. the user-defined bfloat16 SUM), :mod:`.timer` (the
+timed primitives of the ``collectives`` micro-benchmark and of ``bench floor``) and :mod:`.nodes`
+(:func:`split_by_node`: the node and node-leader communicators, ``MPI_Comm_split_type``).
 """
 from __future__ import annotations
 
@@ -43,9 +44,10 @@ from .core import (
                    processor_name,
                    wtime,
 )
+from .nodes import NodeSplit, split_by_node
 from .reductions import library_version, reduction
 from .timer import COLLECTIVES, MORE_COLLECTIVES, CollectiveTimer
 
 __all__ = ["COLLECTIVES", "DOWN_HEADER_BYTES", "LEDGER", "LENGTH_BYTES", "MORE_COLLECTIVES", "PHASES", "ROOT",
-           "CollectiveTimer", "RankOrderedJIT", "Transport", "library_version", "processor_name", "reduction",
-           "wtime"]
+           "CollectiveTimer", "NodeSplit", "RankOrderedJIT", "Transport", "library_version", "processor_name",
+           "reduction", "split_by_node", "wtime"]
