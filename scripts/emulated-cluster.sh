@@ -26,7 +26,7 @@
 #
 #   --nodes N    2 ... 250          --rate R   tc rate: 1gbit, 100mbit, 10mbit, 500kbit, ...
 #   --ranks-per-node K   1 ... 64 (default 1): MPI ranks per node, sharing memory inside the node.
-#                N x K at most MAX_RANKS = 32 ranks (HPCGC_EMULATED_MAX_RANKS overrides; docs/emulated-cluster.md
+#                N x K at most MAX_RANKS = 64 ranks (HPCGC_EMULATED_MAX_RANKS overrides; docs/emulated-cluster.md
 #                "How large").
 #   --name NAME  prefix of every namespace (default hpcgc-emu; [A-Za-z0-9_.-], at most 40 characters).
 #                Use a unique name per concurrent user (tests use one per invocation).
@@ -45,9 +45,9 @@ SUBNET=10.77.0        # private, and only inside the cluster's own namespaces
 HUB_ADDR=$SUBNET.254
 BURST=256kb
 LATENCY=5s
-# the largest cluster (N x K ranks) this 2-core, 24 GB machine holds usefully: measured by
+# the largest cluster (N x K ranks) measured to work on this 2-core, 24 GB machine (64 x 1), by
 # scripts/emulated-cluster-capacity.sh (docs/emulated-cluster.md, "How large")
-MAX_RANKS=${HPCGC_EMULATED_MAX_RANKS:-32}
+MAX_RANKS=${HPCGC_EMULATED_MAX_RANKS:-64}
 
 die() { echo "emulated-cluster: error: $*" >&2; exit "${DIE_STATUS:-2}"; }
 usage() { sed -n '2,40p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
@@ -131,7 +131,7 @@ cmd_up() {
     die "--ranks-per-node '$RPN': a whole number from 1 to 64"
   [[ $MAX_RANKS =~ ^[0-9]+$ ]] || die "HPCGC_EMULATED_MAX_RANKS '$MAX_RANKS': a whole number"
   [ $((NODES * RPN)) -le "$MAX_RANKS" ] ||
-    die "--nodes $NODES --ranks-per-node $RPN is $((NODES * RPN)) ranks; this machine holds at most $MAX_RANKS ($(nproc 2>/dev/null || echo '?') cores: every rank of every node shares them, and beyond $MAX_RANKS ranks scheduling, not the links, sets the times; docs/emulated-cluster.md, 'How large'). HPCGC_EMULATED_MAX_RANKS=<n> overrides"
+    die "--nodes $NODES --ranks-per-node $RPN is $((NODES * RPN)) ranks; this machine holds at most $MAX_RANKS ($(nproc 2>/dev/null || echo '?') cores: every rank of every node shares them, and more were not measured to work; docs/emulated-cluster.md, 'How large'). HPCGC_EMULATED_MAX_RANKS=<n> overrides"
   if [ -e "$DIR" ] || [ -n "$(cluster_namespaces)" ]; then
     die "cluster '$NAME' exists already (scripts/emulated-cluster.sh status --name $NAME; down --name $NAME removes it)"
   fi

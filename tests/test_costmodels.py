@@ -172,3 +172,35 @@ def test_compressed_allreduce_by_hand():
     # the bandwidth term is bounded in n (≈ 2(n − 1)/n·c + lengths), where an Allgather's grows ∝ n
     _, b_ag, _ = cm.coefficients("allgather", c, 1024)
     assert float(b) < 2.1 * c < float(b_ag) / 100
+
+
+def test_reduce_formulas_by_hand():
+    """MPI_Reduce (Thakur et al. 2005 §4.6): binomial ⌈lg p⌉(α + nβ + nγ) up to 2 KiB, Rabenseifner
+    (reduce-scatter + gather) 2 lg p·α + 2(p−1)/p·nβ + (p−1)/p·nγ above; p = 6 folds 2 extra in first."""
+    assert close(cm.reduce(1024, 4, A, B, G), 2 * (A + 1024 * B + 1024 * G))                  # binomial
+    n = 1 << 20
+    assert close(cm.reduce(n, 4, A, B, G), 4 * A + 1.5 * n * B + 0.75 * n * G)                # Rabenseifner
+    assert close(cm.reduce(n, 6, A, B, G), (4 + 1) * A + (1.5 + 1) * n * B + (0.75 + 1) * n * G)
+    assert close(cm.reduce(1024, 6, A, B, G, "binomial"), 3 * (A + 1024 * B + 1024 * G))
+    assert cm.reduce(n, 1, A, B, G) == 0.0
+
+
+def test_hierarchical_by_hand():
+    """4 nodes x 4 ranks, 4 MiB float32 gradient, network α 50 µs, β 8 ns/B (1 Gb/s), shared memory
+    α 1 µs, β 0.1 ns/B, γ = 0: intra Reduce (Rabenseifner, p = 4): 4·1 µs + 1.5·m·0.1 ns = 0.633 ms;
+    intra Bcast (binomial, p < 8): 2·(1 µs + m·0.1 ns) = 0.841 ms; leaders' Allreduce (Rabenseifner,
+    p = 4): 4·50 µs + 1.5·m·8 ns = 50.53 ms — 52.006 ms in all, against 63.31 ms for the flat
+    Allreduce over 16 ranks at the network's α, β (8·50 µs + 2·15/16·m·8 ns)."""
+    m = 4 * 2**20
+    intra = (4e-6 + 1.5 * m * 1e-10) + 2 * (1e-6 + m * 1e-10)
+    inter = 4 * 50e-6 + 1.5 * m * 8e-9
+    assert close(cm.intra_node(m, 4, 1e-6, 1e-10), intra)
+    assert close(cm.hierarchical("allreduce", m, 4, 4, 50e-6, 8e-9, 1e-6, 1e-10), intra + inter)
+    assert close(intra + inter, 0.0520056544)
+    assert close(cm.allreduce(m, 16, 50e-6, 8e-9), 8 * 50e-6 + 2 * 15 / 16 * m * 8e-9)
+    # compressed leaders' step: the node reduces the dense vector, the leaders send 1/16 of it
+    assert close(cm.hierarchical("allgather", m / 16, 4, 4, 50e-6, 8e-9, 1e-6, 1e-10, intra_bytes=m),
+                 intra + cm.allgather(m / 16, 4, 50e-6, 8e-9))
+    # one rank per node: no intra-node part; one node: no network part
+    assert close(cm.hierarchical("allreduce", m, 4, 1, 50e-6, 8e-9, 1e-6, 1e-10), inter)
+    assert close(cm.hierarchical("allreduce", m, 1, 4, 50e-6, 8e-9, 1e-6, 1e-10), intra)

@@ -191,6 +191,10 @@ def test_refuses_clearly_without_privileges_or_with_bad_input():
     for args, needle in [(["up", "--nodes", "1", "--rate", "1gbit", "--name", "x"], "--nodes '1'"),
                          (["up", "--nodes", "2", "--rate", "fast", "--name", "x"], "--rate 'fast'"),
                          (["up", "--nodes", "2", "--rate", "1gbit", "--name", "bad/name"], "--name 'bad/name'"),
+                         (["up", "--nodes", "2", "--rate", "1gbit", "--ranks-per-node", "0", "--name", "x"],
+                          "--ranks-per-node '0'"),
+                         (["up", "--nodes", "40", "--rate", "1gbit", "--ranks-per-node", "2", "--name", "x"],
+                          "is 80 ranks; this machine holds at most 64"),
                          (["frobnicate"], "unknown command")]:
         p = _script(*args)
         if p.returncode == 3:
@@ -209,3 +213,84 @@ def test_ring_allreduce_model_hand_computed():
     assert costmodels.allreduce(m, 4, alpha, beta, algorithm="ring") == pytest.approx(6 * 70e-6 + 1.5 * 4194304 * 8e-9)  # 50.75 ms
     assert costmodels.allreduce(m, 2, alpha, beta, algorithm="ring") == pytest.approx(2 * 70e-6 + 4194304 * 8e-9)
     assert costmodels.allreduce(m, 1, alpha, beta, algorithm="ring") == 0.0
+
+
+# -- several ranks per node: 2 nodes x 2 ranks --------------------------------------------------------
+
+@pytest.fixture
+def cluster_2x2():
+    """An emulated cluster of 2 nodes x 2 ranks at 1 Gb/s under a unique name, brought down (and checked
+    gone) after the test whatever happened in it."""
+    reason = _requirements()
+    if reason:
+        need(f"no emulated cluster here: {reason}", HOW)
+    env = mpi_env()
+    env["MPIEXEC_TIMEOUT"] = str(MPI_TIMEOUT_S)
+    env["HPCGC_MPIEXEC"] = _mpiexec()
+    name = f"hpcgc-ci-rpn-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    up = _script("up", "--nodes", "2", "--ranks-per-node", "2", "--rate", RATE, "--name", name, env=env)
+    try:
+        assert up.returncode == 0, show(up)
+        yield name, env
+    finally:
+        down = _script("down", "--name", name, env=env)
+        assert down.returncode == 0, show(down)
+        assert name not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+def _link_bytes(name, node, dev):
+    """(rx, tx) bytes of ``dev`` in node ``node``'s namespace."""
+    base = f"/sys/class/net/{dev}/statistics"
+    p = subprocess.run(["ip", "netns", "exec", f"{name}-n{node}", "cat", f"{base}/rx_bytes", f"{base}/tx_bytes"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, show(p)
+    rx, tx = (int(v) for v in p.stdout.split())
+    return rx, tx
+
+
+@pytest.mark.timeout(300)
+def test_two_ranks_per_node_share_memory_and_the_nodes_the_link(cluster_2x2, tmp_path):
+    """2 nodes x 2 ranks: each node's ranks see one host name of their own and form one shared-memory
+    communicator; the collectives benchmark measures both levels (levels/intra, levels/inter); the
+    intra-node traffic goes through shared memory (neither the node's loopback nor its link carries
+    it: kernel byte counters), the inter-node traffic through the 1 Gb/s link (a Bcast between the
+    two leaders runs at 0.5–1.2 Gb/s). Bad input: -n not a multiple of the ranks per node."""
+    name, env = cluster_2x2
+    st = _script("status", "--name", name, env=env)
+    assert st.returncode == 0 and "2 nodes x 2 rank(s) per node" in st.stdout, show(st)
+    p = _script("run", "--name", name, "--", "-n", "3", sys.executable, "-c", "pass", env=env)
+    assert p.returncode == 2 and "not a multiple of the cluster's 2 ranks per node" in p.stderr, show(p)
+
+    before = {(k, dev): _link_bytes(name, k, dev) for k in (0, 1) for dev in ("lo", "eth0")}
+    coll = tmp_path / "collectives.h5"
+    p = _script("run", "--name", name, "--", "-n", "4", sys.executable, "-m", "hpcgc.bench", "collectives",
+                "-c", "bcast", "allreduce", "--min-size", "256K", "--max-size", "2M", "--max-seconds", "0.2",
+                "-o", str(coll), env=env, timeout=240)
+    assert p.returncode == 0, show(p)
+    after = {key: _link_bytes(name, *key) for key in before}
+    moved = {key: sum(after[key]) - sum(before[key]) for key in before}
+    print(f"\nbytes moved (rx + tx) per node and device: {moved}")
+
+    c = results.load_collectives(coll)
+    assert c.attrs["world_size"] == 4 and c.attrs["nodes"] == 2 and c.attrs["ranks_per_node"] == 2
+    assert list(c.attrs["node_sizes"]) == [2, 2]
+    assert sorted(c.attrs["hostnames"]) == [f"{name}-n0", f"{name}-n1"]     # one host name per node
+    assert set(c.levels) == {"intra", "inter"}
+    for level in ("intra", "inter"):
+        lv = c.levels[level]
+        assert lv.attrs["ranks"] == 2 and list(lv) == ["bcast", "allreduce"], (level, lv.attrs)
+        assert all(np.all(tb.avg > 0) and np.isfinite(tb.alpha) and np.isfinite(tb.beta) for tb in lv.values())
+
+    # the node's two ranks talk through shared memory: the intra-node sweep alone moves
+    # 2 collectives x (256K ... 2M) x >= 3 iterations > 20 MB per node, yet the loopback carries next to
+    # nothing (the launcher's wire-up): no TCP between them
+    for k in (0, 1):
+        assert moved[(k, "lo")] < 1 << 20, moved
+    inter = c.levels["inter"]["bcast"]
+    big = inter.size >= (1 << 20)
+    link_gbps = 8 * inter.size[big] / inter.avg[big] / 1e9             # one message per Bcast at 2 leaders
+    intra = c.levels["intra"]["bcast"]
+    intra_gbps = 8 * intra.size[big] / intra.avg[big] / 1e9
+    print(f"inter-node Bcast {np.round(link_gbps, 3)} Gb/s, intra-node {np.round(intra_gbps, 3)} Gb/s "
+          f"(measured under load: {_load_note(os.getloadavg()[0])})")
+    assert np.all((link_gbps > 0.5) & (link_gbps < 1.2)), link_gbps

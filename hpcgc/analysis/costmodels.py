@@ -28,6 +28,7 @@ contributes), with the paper's ``n`` (total bytes) in brackets:
 function        ``nbytes``                   algorithms (``"auto"`` = MPICH's selection)
 ==============  ===========================  ===========================================================
 allreduce       vector bytes per rank [n]    recursive_doubling, rabenseifner, ring
+reduce          vector bytes per rank [n]    binomial, rabenseifner (reduce-scatter + gather)
 bcast           buffer bytes [n]             binomial, scatter_allgather (recursive doubling or ring)
 gather          block per rank [n = p·b]     binomial (MPICH's MPI_Gather), linear
 gatherv         bytes into the root          linear (MPICH's MPI_Gatherv), binomial
@@ -39,11 +40,14 @@ alltoallv       bytes each rank sends to     pairwise (MPICH's Alltoallv: isend/
 
 Composed: :func:`compressed_allreduce` — hpcgc's ``run.collective = "reduce-scatter"``: Alltoall of
 the segment lengths + Alltoallv of the compressed segments + Allgather of the lengths + Allgatherv of
-the re-compressed reduced segments (CGX, Markov et al. 2022; ``docs/cost-models.md``).
+the re-compressed reduced segments (CGX, Markov et al. 2022; ``docs/cost-models.md``);
+:func:`hierarchical` — a two-level (node-aware) exchange: an intra-node Reduce onto each node's leader,
+the collective among the leaders, an intra-node Bcast, each level with its own α, β.
 
 What the models ignore (``docs/cost-models.md``): link contention and the topology (every pair of
 processes has its own link of the same α, β), several processes sharing a node (shared memory, a
-NIC), eager/rendezvous protocol switches, pipelining and segmentation, overlap with computation.
+NIC; :func:`hierarchical` models a node-aware exchange explicitly), eager/rendezvous protocol
+switches, pipelining and segmentation, overlap with computation.
 ``lg`` is log₂; ⌈lg p⌉ rounds for the tree algorithms.
 """
 from __future__ import annotations
@@ -52,6 +56,7 @@ import numpy as np
 
 # MPICH's default thresholds (bytes), Thakur et al. 2005 §4 and MPICH's CVARs
 ALLREDUCE_SHORT = 2048          # ≤: recursive doubling; >: Rabenseifner (reduce-scatter + allgather)
+REDUCE_SHORT = 2048             # ≤: binomial tree; >: Rabenseifner (reduce-scatter + gather)
 BCAST_SHORT = 12288             # <: binomial tree
 BCAST_LONG = 524288             # <, with p a power of two: scatter + recursive-doubling allgather
 BCAST_MIN_PROCS = 8             # p < 8: binomial tree at every size
@@ -62,6 +67,7 @@ ALLTOALL_MIN_PROCS = 8          # MPIR_CVAR_ALLTOALL_SHORT_MSG_SIZE = 256 and Br
 
 ALGORITHMS = {
     "allreduce": ("auto", "recursive_doubling", "rabenseifner", "ring"),
+    "reduce": ("auto", "binomial", "rabenseifner"),
     "bcast": ("auto", "binomial", "scatter_allgather", "scatter_ring_allgather"),
     "gather": ("auto", "binomial", "linear"),
     "gatherv": ("auto", "linear", "binomial"),
@@ -140,6 +146,26 @@ def _allreduce_coef(m, p, algorithm):
         return ring
     short = m <= ALLREDUCE_SHORT
     return tuple(np.where(short, x, y) for x, y in zip(rd, rab))
+
+
+def _reduce_coef(m, p, algorithm):
+    """Thakur et al. 2005 §4.6 (MPI_Reduce to one root): binomial tree ⌈lg p⌉·(α + nβ + nγ);
+    Rabenseifner's reduce-scatter (recursive halving) + binomial gather 2 lg p·α + 2(p−1)/p·nβ +
+    (p−1)/p·nγ, for p not a power of two after folding the p − p' extra processes into p' =
+    2^⌊lg p⌋ (α + nβ + nγ; no result goes back to them). MPICH (``auto``): binomial for
+    n ≤ 2 KiB (``MPIR_CVAR_REDUCE_SHORT_MSG_SIZE``), Rabenseifner above."""
+    lgp = lg_ceil(p)
+    binomial = (lgp, lgp * m, lgp * m)
+    pp = pof2_floor(p).astype(np.float64)
+    extra = np.where(is_pof2(p), 0.0, 1.0)
+    lgpp = np.log2(np.maximum(pp, 1))
+    rab = (2 * lgpp + extra, 2 * (pp - 1) / pp * m + extra * m, (pp - 1) / pp * m + extra * m)
+    if algorithm == "binomial":
+        return binomial
+    if algorithm == "rabenseifner":
+        return rab
+    short = m <= REDUCE_SHORT
+    return tuple(np.where(short, x, y) for x, y in zip(binomial, rab))
 
 
 def _bcast_coef(m, p, algorithm):
@@ -226,7 +252,7 @@ def _alltoallv_coef(m_out, p, algorithm):
     return pf - 1, m_out, 0 * m_out
 
 
-_COEF = {"allreduce": _allreduce_coef, "bcast": _bcast_coef, "gather": _gather_coef,
+_COEF = {"allreduce": _allreduce_coef, "reduce": _reduce_coef, "bcast": _bcast_coef, "gather": _gather_coef,
          "gatherv": _gatherv_coef, "allgather": _allgather_coef, "alltoall": _alltoall_coef,
          "alltoallv": _alltoallv_coef}
 
@@ -248,6 +274,17 @@ def allreduce(nbytes, n, alpha, beta, gamma=0.0, algorithm: str = "auto"):
     p not a power of two: recursive doubling and Rabenseifner add α + nβ + nγ before and α + nβ
     after (folding into p' = 2^⌊lg p⌋ processes; lg p and p above are then those of p')."""
     return _time("allreduce", nbytes, n, alpha, beta, gamma, algorithm)
+
+
+def reduce(nbytes, n, alpha, beta, gamma=0.0, algorithm: str = "auto"):
+    """MPI_Reduce of a vector of ``nbytes`` bytes from ``n`` processes onto one root (Thakur et al.
+    2005 §4.6):
+
+    - ``binomial``: ⌈lg p⌉·(α + nβ + nγ)
+    - ``rabenseifner`` (reduce-scatter + gather): 2 lg p·α + 2(p−1)/p·nβ + (p−1)/p·nγ
+      (p not a power of two: plus α + nβ + nγ to fold the extra processes in)
+    - ``auto`` (MPICH): binomial for n ≤ 2048 bytes, Rabenseifner above."""
+    return _time("reduce", nbytes, n, alpha, beta, gamma, algorithm)
 
 
 def bcast(nbytes, n, alpha, beta, algorithm: str = "auto"):
@@ -340,3 +377,33 @@ def compressed_allreduce(first, second, n, alpha, beta):
     of the four collectives)."""
     a, b, _ = compressed_allreduce_coefficients(first, second, n)
     return a * np.asarray(alpha, float) + b * np.asarray(beta, float)
+
+
+# -- two levels: a node-aware (hierarchical) exchange ---------------------------------------------------
+def intra_node(nbytes, ranks_per_node, alpha, beta, gamma=0.0, down_bytes=None):
+    """The intra-node part of a hierarchical exchange, in seconds: MPI_Reduce of ``nbytes`` onto the
+    node's leader, then MPI_Bcast of ``down_bytes`` (default ``nbytes``) from it, on the node's
+    ``ranks_per_node`` processes at the intra-node (shared-memory) α, β, γ; MPICH's ``auto``
+    algorithms. 0 with one rank per node."""
+    down = nbytes if down_bytes is None else down_bytes
+    return reduce(nbytes, ranks_per_node, alpha, beta, gamma) + bcast(down, ranks_per_node, alpha, beta)
+
+
+def hierarchical(kind, nbytes, nodes, ranks_per_node, alpha_inter, beta_inter, alpha_intra, beta_intra,
+                 gamma=0.0, intra_bytes=None, down_bytes=None, algorithm: str = "auto"):
+    """Seconds of a two-level exchange on ``nodes`` × ``ranks_per_node`` processes (Horovod's and
+    BytePS's hierarchical allreduce; MPICH's own node-aware ``MPIR_CVAR_*_INTRA_ALGORITHM=smp``):
+
+        T = Reduce(intra_bytes, K; α_intra, β_intra, γ)          the node's ranks onto its leader
+          + kind(nbytes, nodes; α_inter, β_inter[, γ])           the leaders, over the network
+          + Bcast(down_bytes, K; α_intra, β_intra)               the leader to its node
+
+    ``kind``: a collective of :data:`ALGORITHMS` (``algorithm`` applies to it), with ``nbytes`` in its
+    own convention; ``intra_bytes`` (default ``nbytes``): the vector each node reduces (uncompressed:
+    compression, if any, applies to the leaders' step only); ``down_bytes`` (default
+    ``intra_bytes``): what the leader broadcasts in its node. The flat alternative on the same
+    machines is ``kind`` on nodes·K processes; this module prices it at one α, β (the network's)."""
+    m_intra = nbytes if intra_bytes is None else intra_bytes
+    inter = _time(kind, nbytes, nodes, alpha_inter, beta_inter, gamma if kind in ("allreduce", "reduce") else 0.0,
+                  algorithm)
+    return intra_node(m_intra, ranks_per_node, alpha_intra, beta_intra, gamma, down_bytes) + inter

@@ -12,6 +12,7 @@ from pathlib import Path
 from .. import tables
 from .check import CHECK_COLUMNS, check, check_markdown
 from .figures import figures
+from .hierarchy import HIER_COLUMNS, hierarchy_markdown, hierarchy_rows, levels_from_file
 from .measure import BreakEvenError
 from .model import Latency, latency_from_collectives
 from .report import COLUMNS, N_COLUMNS, bandwidth_sweep, build, markdown, spread_markdown
@@ -38,6 +39,11 @@ def build_parser():
                "- and, columns *_fp32, against the float32 Allreduce), breakeven-n.csv (the\n"
                "break-even bandwidth for n = 2, 4, ... n-max), breakeven-<panel>.png (time to target against\n"
                "bandwidth, the baseline dashed black) and breakeven-n-<panel>.png (break-even against n).\n"
+               "With several ranks per node (--ranks-per-node K, or a collectives file measured with K > 1 ranks\n"
+               "per node) also hierarchical.csv (and a table in breakeven.md): each method flat (all n ranks on the\n"
+               "network) and hierarchical (intra-node Reduce + the method among the n/K node leaders + intra-node\n"
+               "Bcast, each level with its own alpha, beta), the break-even of the hierarchical method against the\n"
+               "hierarchical and the flat baseline.\n"
                "With --collectives also check.csv (and a second table in breakeven.md): the model checked\n"
                "against every run - predicted time to target at the run's own n with each collective's own\n"
                "α, β from the file, the measured one (rank 0's summed per-iteration time/iter up to the first\n"
@@ -76,6 +82,14 @@ def build_parser():
                         "read from the recorded series, replaces --eps/--metric)")
     p.add_argument("--gamma-ns", type=float, default=0.0,
                    help="γ, reduction time per byte in ns, for MPI_Allreduce (default 0: not modelled)")
+    p.add_argument("--ranks-per-node", type=int, default=None, metavar="K",
+                   help="model flat vs hierarchical on nodes of K ranks (default: the collectives file's ranks per "
+                        "node when it was measured with several, else 1: flat only); K must divide the runs' n")
+    p.add_argument("--intra-latency-us", type=float, default=None, metavar="A",
+                   help="intra-node (shared-memory) alpha in microseconds (default: the collectives file's "
+                        "levels/intra)")
+    p.add_argument("--intra-gbps", type=float, default=None, metavar="B",
+                   help="intra-node bandwidth in Gb/s (default: the collectives file's levels/intra)")
     p.add_argument("-o", "--out", metavar="DIR", default="breakeven",
                    help="output directory (default ./breakeven)")
     return p
@@ -97,14 +111,19 @@ def main(argv=None) -> int:
         else:
             raise BreakEvenError("give --collectives COLL.h5 (measured with `mpiexec -n N hpcgc collectives`) "
                                  "or --latency-us")
+        levels = levels_from_file(args.collectives, args.ranks_per_node, args.intra_latency_us, args.intra_gbps,
+                                  latency.alpha)
         rep = build(args.results, latency, gbps, args.n_max, args.eps, args.metric, args.gamma_ns * 1e-9,
                     args.accuracy_within)
+        hier = hierarchy_rows(rep.panels, levels, rep.gamma, (rep.gbps[0], rep.gbps[-1])) if levels else []
     except tables.AnalysisError as exc:
         print(f"hpcgc: error: breakeven: {exc}", file=sys.stderr)
         return 2
     for note in rep.notes:
         print(f"# {note}" if note.startswith("warning") else f"# note: {note}", file=sys.stderr)
     md = markdown(rep) + "\n\n" + spread_markdown(rep)
+    if hier:
+        md += "\n\n" + hierarchy_markdown(hier, levels)
     checked = []
     if latency.per_op or math.isfinite(latency.machine_gbps):      # β known: a collectives file was given
         checked = check(rep.models, rep.target, latency, rep.gamma)
@@ -115,10 +134,12 @@ def main(argv=None) -> int:
     if checked:
         tables.write_csv(out / "check.csv", checked, CHECK_COLUMNS)
     tables.write_csv(out / "breakeven.csv", rep.rows, COLUMNS)
+    if hier:
+        tables.write_csv(out / "hierarchical.csv", hier, HIER_COLUMNS)
     tables.write_csv(out / "breakeven-n.csv", rep.n_rows, N_COLUMNS)
     (out / "breakeven.md").write_text(md + "\n")
     figs = figures(rep, out)
     print(f"# wrote {out / 'breakeven.md'}, {out / 'breakeven.csv'}, {out / 'breakeven-n.csv'}, "
-          + (f"{out / 'check.csv'}, " if checked else "")
+          + (f"{out / 'check.csv'}, " if checked else "") + (f"{out / 'hierarchical.csv'}, " if hier else "")
           + ", ".join(str(f) for f in figs))
     return 0

@@ -38,6 +38,7 @@ class MethodModel:
     idle: float = 0.0          # seconds per iteration: rank 0's wait_up + wait_down
     other: float = 0.0         # seconds per iteration: rank 0's bookkeeping (``other``)
     precision: str = ""        # an uncompressed-equivalent Allreduce's wire type (baselines.precision_of)
+    dense_bytes: float = 0.0   # the uncompressed float64 vector (8·d): what a node reduces in a hierarchical exchange
     modelled: bool = False     # a baseline modelled from another run (baselines.modelled_16bit)
 
     def compute(self, n) -> np.ndarray:
@@ -179,7 +180,8 @@ def method_models(coll, target: Target) -> list[MethodModel]:
             reached=f"{reached}/{len(its)}", workers=mean["workers"], server=mean["server"],
             up_bytes=mean["up"], down_bytes=mean["down"], rounds=per[0]["rounds"],
             down_bcasts=per[0]["down_bcasts"], baseline=is_baseline(m.runs[0]), runs=m.runs,
-            idle=mean["idle"], other=mean["other"], precision=baselines.run_precision(m.runs[0]) or ""))
+            idle=mean["idle"], other=mean["other"], precision=baselines.run_precision(m.runs[0]) or "",
+            dense_bytes=8.0 * float(m.runs[0].run.attrs.get("d", 0) or 0)))
     seen: dict = {}
     for mm in out:
         seen.setdefault((mm.panel, mm.label), []).append(mm)
@@ -253,6 +255,12 @@ def latency_from_collectives(path, require_alpha: bool = True) -> Latency:
     except (results.ResultsFormatError, OSError) as exc:
         raise BreakEvenError(f"--collectives {path}: {exc}") from None
     n = int(res.attrs.get("world_size", 0) or 0)
+    return latency_from_tables(res, n, str(path), require_alpha)
+
+
+def latency_from_tables(res, n: int, path: str, require_alpha: bool = True) -> Latency:
+    """:func:`latency_from_collectives` of the tables ``res`` (``{op: CollectiveTable}``) measured on
+    ``n`` ranks; ``path`` names them in messages (a file, or a file's level)."""
     if n < 2:
         raise BreakEvenError(f"--collectives {path}: measured on {n} rank(s); the fit needs at least 2")
     alphas, betas, notes = {}, {}, []
