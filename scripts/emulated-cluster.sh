@@ -31,7 +31,7 @@
 #   --name NAME  prefix of every namespace (default hpcgc-emu; [A-Za-z0-9_.-], at most 40 characters).
 #                Use a unique name per concurrent user (tests use one per invocation).
 #
-# Needs root, or CAP_NET_ADMIN + CAP_SYS_ADMIN (ip netns), iproute2 (ip, tc), the kernel's veth,
+# Needs root, or CAP_NET_ADMIN + CAP_SYS_ADMIN (ip netns), iproute2 (ip, tc), unshare, the kernel's veth,
 # bridge and sch_tbf. Example, 4 nodes at 1 Gb/s:
 #   scripts/emulated-cluster.sh up --nodes 4 --rate 1gbit
 #   scripts/emulated-cluster.sh run -- -n 4 python -m hpcgc.bench collectives --max-size 16M
@@ -50,7 +50,7 @@ LATENCY=5s
 MAX_RANKS=${HPCGC_EMULATED_MAX_RANKS:-64}
 
 die() { echo "emulated-cluster: error: $*" >&2; exit "${DIE_STATUS:-2}"; }
-usage() { sed -n '2,40p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,39p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 # capabilities: root, or CAP_NET_ADMIN (bit 12) and CAP_SYS_ADMIN (bit 21, needed by ip netns) effective
 have_caps() {

@@ -596,3 +596,31 @@ def test_measured_16bit_runs_are_the_baseline_end_to_end(tmp_path):
     assert sum("[baseline: " in t for t in tags) == 1               # one chosen baseline ...
     assert len(tags) == 1 or any("[fp32 baseline: second line]" in t for t in tags)   # ... fp32 beside it
     assert {row["baseline"] for row in rows} <= {"fp16", "bf16", "fp32"}
+
+
+def test_ranks_per_node_flat_vs_hierarchical(produced, tmp_path):
+    """--ranks-per-node 2 on the 2-rank runs (one node of 2): hierarchical.csv, its times the
+    hierarchy module's on the measured models; bad K and missing intra-node figures: exit 2, one line."""
+    from hpcgc.analysis.breakeven import hierarchy as hi
+    d, f = produced
+    p = hpcgc(f["base"], f["diana"], "--latency-us", "50", "--ranks-per-node", "2", "--intra-latency-us", "1",
+              "--intra-gbps", "80", "-o", tmp_path)
+    assert p.returncode == 0, show(p)
+    assert "Flat vs hierarchical with 2 ranks per node" in p.stdout
+    rows = {r["method"]: r for r in _csv(tmp_path / "hierarchical.csv")}
+    lv = hi.Levels(2, 1e-6, 8 / 80e9, 50e-6, "test")
+    rep = be.build([f["base"], f["diana"]], be.Latency(50e-6, "test"), be.bandwidth_sweep(0.1, 400, 5))
+    (base, ms), = rep.panels.values()
+    for m in ms:
+        row = rows[m.label]
+        assert int(row["nodes"]) == 1 and int(row["ranks_per_node"]) == 2
+        for g in (1, 100):
+            beta = 8 / (g * 1e9)
+            assert float(row[f"time_hier_s_at_{g}Gbps"]) == pytest.approx(hi.hierarchical_time(m, 2, lv, beta))
+            assert float(row[f"time_flat_s_at_{g}Gbps"]) == pytest.approx(float(m.time(2, 50e-6, beta)))
+    assert float(rows["diana qsgd gather"]["intra_bytes"]) == 8 * 30          # the float64 gradient, d = 30
+    for args, needle in ((["--ranks-per-node", "3", "--intra-latency-us", "1", "--intra-gbps", "80"],
+                          "does not divide the rank count 2"),
+                         (["--ranks-per-node", "2"], "intra-node latency is unknown")):
+        p = hpcgc(f["base"], f["diana"], "--latency-us", "50", *args, "-o", tmp_path / "bad")
+        assert p.returncode == 2 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, show(p)

@@ -174,8 +174,8 @@ def hierarchy_rows(panels: dict, lv: Levels, gamma: float = 0.0, bounds=(None, N
 
 
 def hierarchy_markdown(rows: list, lv: Levels) -> str:
-    head = (f"Flat vs hierarchical with {lv.ranks_per_node} ranks per node ({lv.source}; intra-node "
-            f"{lv.intra_alpha * 1e6:.3g} µs, {8e-9 / lv.intra_beta:.3g} Gb/s): modelled time to target; hierarchical "
-            f"= intra-node Reduce + the method's collectives among the nodes' leaders + intra-node Bcast; break-even "
-            f"of the hierarchical method against the hierarchical baseline (and against the flat baseline)")
+    head = (f"Flat vs hierarchical with {lv.ranks_per_node} ranks per node ({lv.source}): modelled time to "
+            f"target; hierarchical = intra-node Reduce + the method's collectives among the nodes' leaders + "
+            f"intra-node Bcast; break-even of the hierarchical method against the hierarchical baseline (and "
+            f"against the flat baseline)")
     return tables.markdown_table(rows, HIER_MD_COLUMNS, title=head)
