@@ -52,48 +52,33 @@ def combine(per_rank: list) -> dict:
             "max": stack["max"].max(axis=0), "iterations": stack["iterations"].min(axis=0).astype(np.int64)}
 
 
-def measure_levels(t, args, say, sweep_one, fit, make_table) -> dict:
-    """Every rank: split by node; when :func:`wanted`, sweep the selected collectives on each level →
-    ``{level: (attrs, [CollectiveTable])}`` on rank 0 (``{}`` elsewhere, and when there is one level).
-    Also returns, under the key ``None``, the split's description (nodes, ranks per node) for the
-    file's root attributes. ``sweep_one(timer, kind, sizes, args, say)``, ``fit(size, avg)`` and
-    ``make_table(kind, cols, fit)`` are the benchmark's own (:mod:`hpcgc.collectives`)."""
-    from .collectives import sizes_for
-    from .transport import CollectiveTimer, Transport, split_by_node
+def measure_levels(t, kinds, sweep) -> dict:
+    """Every rank: split by node; when :func:`wanted`, sweep each of ``kinds`` on each level with
+    ``sweep(transport, kind)`` (the benchmark's own sweep of one collective on a
+    :class:`hpcgc.transport.Transport`, returning its columns) → on rank 0 ``{None: {nodes,
+    ranks_per_node, node_sizes}, level: ({ranks, communicator}, [(kind, columns)])}``, where the
+    intra-node columns are every node's combined (:func:`combine`); ``{}`` on the other ranks."""
+    from .transport import Transport, split_by_node
     split = split_by_node(t.comm)
     out = {None: {"nodes": split.nodes, "ranks_per_node": split.ranks_per_node,
                   "node_sizes": list(split.sizes)}}
     if not wanted(split):
         split.free()
         return out if t.is_root else {}
-    quiet = (lambda *a: None)
     levels = {"intra": (Transport(split.node), split.ranks_per_node),
               "inter": (Transport(split.leaders) if split.is_leader else None, split.nodes)}
     try:
         for level in LEVELS:
             lt, ranks = levels[level]
-            say(f"\n# level {level} ({ranks} ranks): {DESCRIBE_LEVEL[level]}")
-            tables = []
-            for kind in args.collectives:
-                sizes = sizes_for(kind, args.sizes, args.fp64)
-                if not sizes:
-                    continue
-                cols = sweep_one(CollectiveTimer(lt), kind, sizes, args, quiet) if lt is not None else None
+            swept = []
+            for kind in kinds:
+                cols = sweep(lt, kind) if lt is not None else None
                 if level == "intra":
                     gathered = t.gather_object((split.node_index, cols))
                     cols = combine(gathered) if t.is_root else None
-                if t.is_root:
-                    from .collectives import TABLE_HEAD, fit_line, table_row
-                    say(f"# {level} {kind}")
-                    say(TABLE_HEAD)
-                    for s, a, lo, hi, it in zip(cols["size"], cols["avg"], cols["min"], cols["max"],
-                                                cols["iterations"]):
-                        say(table_row(int(s), lo, a, hi, int(it)))
-                    f = fit(cols["size"], cols["avg"])
-                    say(fit_line(*f, len(cols["size"])))
-                    tables.append(make_table(kind, cols, f))
+                swept.append((kind, cols))
             if t.is_root:
-                out[level] = ({"ranks": ranks, "communicator": DESCRIBE_LEVEL[level]}, tables)
+                out[level] = ({"ranks": ranks, "communicator": DESCRIBE_LEVEL[level]}, swept)
         split.wait_node()          # the idle ranks sleep (not spin in MPI) until their leader is done
     finally:
         split.free()

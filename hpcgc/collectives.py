@@ -392,12 +392,39 @@ def measure_all(timer, args, say) -> list:
     return tables
 
 
+def level_tables(t, args, say) -> dict:
+    """With several ranks per node, the sweep on each node's and on the leaders' communicator
+    (:func:`hpcgc.collective_levels.measure_levels`), printed and fitted → on rank 0 ``{None: the
+    node shape, level: (attrs, [CollectiveTable])}``."""
+    from .collective_levels import DESCRIBE_LEVEL, measure_levels
+    from .transport import CollectiveTimer
+    kinds = [k for k in args.collectives if sizes_for(k, args.sizes, args.fp64)]
+    quiet = (lambda *a: None)
+    out = measure_levels(t, kinds, lambda lt, kind: sweep_one(CollectiveTimer(lt), kind,
+                                                              sizes_for(kind, args.sizes, args.fp64), args, quiet))
+    for level, value in list(out.items()):
+        if level is None:
+            continue
+        attrs, swept = value
+        say(f"\n# level {level} ({attrs['ranks']} ranks): {DESCRIBE_LEVEL[level]}")
+        tables = []
+        for kind, cols in swept:
+            say(f"# {level} {kind}")
+            say(TABLE_HEAD)
+            for row in zip(cols["size"], cols["min"], cols["avg"], cols["max"], cols["iterations"]):
+                say(table_row(int(row[0]), *row[1:4], int(row[4])))
+            fit = fit_alpha_beta(cols["size"], cols["avg"])
+            say(fit_line(*fit, len(cols["size"])))
+            tables.append(make_table(kind, cols, fit, args))
+        out[level] = (attrs, tables)
+    return out
+
+
 def main(argv) -> int:
     """Every rank: validate, check memory collectively, sweep; rank 0 prints and writes the file."""
     import datetime
 
     from . import machine, provenance
-    from .collective_levels import measure_levels
     from .results import write_collectives
     from .transport import CollectiveTimer, Transport
 
@@ -413,8 +440,7 @@ def main(argv) -> int:
     if t.is_root:
         say(machine.describe(probe.start))
     tables = measure_all(CollectiveTimer(t), args, say)
-    levels = measure_levels(t, args, say, sweep_one, fit_alpha_beta,
-                            lambda kind, cols, fit: make_table(kind, cols, fit, args))
+    levels = level_tables(t, args, say)
     noise, warnings = probe.finish()
     for w in warnings:
         say(w)
