@@ -299,4 +299,4 @@ def test_two_ranks_per_node_share_memory_and_the_nodes_the_link(cluster_2x2, tmp
     # sweep's sizes, 256 KiB and up, do not pin the latency down)
     from hpcgc.analysis.breakeven import hierarchy
     lv = hierarchy.levels_from_file(coll, None, 5.0, None, alpha=1.0)
-    assert lv.ranks_per_node == 2 and lv.intra_alpha == 5e-6 and 0 < lv.intra_beta < 1e-6, lv
+    assert lv.ranks_per_node == 2 and lv.intra_alpha == pytest.approx(5e-6) and 0 < lv.intra_beta < 1e-6, lv
