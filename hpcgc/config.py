@@ -110,8 +110,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "learning_rate": Key(_NUM, 0.0, "step size γ where no theory step is used: local-sgd (0 = not set: 0.1), "
                              "dcgd/diana/ef/ef21 on softmax/mlp or with step_rule 'learning-rate' (required there)",
                              check=(_nonneg, ">= 0")),
-        "local_steps": Key(int, 1, "local SGD steps per round (local-sgd; 1 = compressed SGD)", check=(_positive, "> 0")),
-        "error_feedback": Key(bool, False, "error feedback: compress residual + update, keep the rest (local-sgd)"),
+        "local_steps": Key(int, 0, "local SGD steps per round H (local-sgd: 0 = not set: 1 = compressed SGD; "
+                           "diloco: required, >= 1)", check=(_nonneg, ">= 0")),
+        "outer_learning_rate": Key(_NUM, 0.7, "diloco's outer (Nesterov) step size on the averaged pseudo-gradient",
+                                   check=(_positive, "> 0")),
+        "outer_momentum": Key(_NUM, 0.9, "diloco's outer Nesterov momentum μ in [0, 1) (0 = plain outer SGD)"),
+        "error_feedback": Key(bool, False, "error feedback: compress residual + update, keep the rest (local-sgd, diloco)"),
         "probability": Key((str, *_NUM), "theory", "the shared coin's p: VR-DIANA reference refresh (theory: b/m), "
                             "ADIANA w-update (its theorem), MARINA dense round (1/(1+ω)); in (0, 1]"),
         "batch": Key(int, 0, "mini-batch size per worker (0 = full local gradient)", check=(_nonneg, ">= 0")),

@@ -5,6 +5,7 @@ from ..errors import ConfigError
 from .adiana import Adiana
 from .adiana_plus import AdianaPlus
 from .diana import Dcgd, Diana
+from .diloco import DiLoCo
 from .ef import EF
 from .ef21 import EF21
 from .local_sgd import LocalSGD
@@ -23,6 +24,7 @@ REGISTRY = {
     "adiana": (Adiana, "ADIANA: accelerated DIANA, two compressed messages per iteration (Li et al. 2020)"),
     "adiana+": (AdianaPlus, "ADIANA+: ADIANA with smoothness-aware compression (Safaryan, Hanzely, Richtárik 2021)"),
     "marina": (Marina, "MARINA: compressed gradient differences, dense rounds with probability p (Gorbunov et al. 2021)"),
+    "diloco": (DiLoCo, "DiLoCo: local SGD rounds, compressed pseudo-gradient, outer Nesterov step (Douillard et al. 2023)"),
     "diana+": (DianaPlus, "DIANA+: DIANA with smoothness-aware compression S_i Q(S_i^- .) (Wang, Safaryan, Richtárik 2022)"),
 }
 

@@ -54,7 +54,7 @@ class LocalSGD(Algorithm):
         super().__init__(compressors, d=d, n_workers=n_workers, weights=weights, problem_info=problem_info,
                          options=options)
         self.lr = float(options.get("learning_rate") or DEFAULT_LEARNING_RATE)   # 0 = not set
-        self.steps = int(options.get("local_steps", 1))
+        self.steps = int(options.get("local_steps") or 1)      # 0 = not set
         self.batch = int(options.get("batch", 0))
         self.ef = bool(options.get("error_feedback", False))
         if not (self.lr > 0 and math.isfinite(self.lr)):
