@@ -28,7 +28,8 @@ accumulated as Σ_h η_in·g_h (the same vector as x − x_i in exact arithmetic
 η_in·g exactly, so that H = 1, μ = 0, η_out = 1 is DCGD with γ = η_in — bit for bit when η_in is a
 power of two (scaling by 2^k commutes with every compressor's rounding), to rounding otherwise.
 
-Collectives: ``gather``, ``allgather``, ``allreduce`` (summable compressors) and
+Collectives: ``gather``, ``allgather`` (local SGD's per-tensor messages), ``allreduce`` (summable
+compressors; the whole vector through one codec, :meth:`sum_codec` — PowerSGD per matrix) and
 ``reduce-scatter`` — the compressed Allreduce INTELLECT-1 ran the pseudo-gradient through: there
 the exchange compresses Δ_i (or e_i) segment-wise with the run's compressor (not per tensor), and
 a segment's owner re-compresses the sum plainly for an unbiased compressor, with error feedback
@@ -127,6 +128,15 @@ class DiLoCo(LocalSGD):
             ws.u += step
         if ws.e is not None:
             ws.e += ws.u
+
+    def sum_codec(self, i: int):
+        """Under Allreduce the whole pseudo-gradient rides one codec of the run's compressor (one
+        int8 scale for the model, as INTELLECT-1's int8 all-reduce; local SGD's per-tensor
+        Allreduce takes float vectors only); PowerSGD, whose codec works per weight matrix, keeps
+        local SGD's per-tensor form."""
+        if getattr(self.compressors[i], "matrices_only", False):
+            return super().sum_codec(i)
+        return self.compressors[i].sum_codec(self.d)
 
     # -- server --------------------------------------------------------------------------------------
     def server_init(self, x0) -> ServerState:

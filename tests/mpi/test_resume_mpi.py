@@ -43,6 +43,9 @@ CASES = {
     "dagc": {"data.dataset": "digits", "data.partition": "dirichlet:1+skew:10", "problem.kind": "softmax",
              "run.algorithm": "local-sgd", "run.compressor": "topk:k=1", "run.allocation": "dagc",
              "run.budget": 0.1, "run.error_feedback": True, "run.batch": 16, "run.learning_rate": 0.1},
+    "diloco-topk-ef": {"data.dataset": "digits", "problem.kind": "softmax", "run.algorithm": "diloco",
+                       "run.compressor": "topk:k=20", "run.error_feedback": True, "run.local_steps": 3,
+                       "run.batch": 16, "run.learning_rate": 0.1},          # outer momentum v, e_i, x_i
     "powersgd-allreduce": {"data.dataset": "digits", "problem.kind": "mlp", "run.algorithm": "local-sgd",
                            "run.compressor": "powersgd:rank=2", "run.collective": "allreduce",
                            "run.error_feedback": True, "run.batch": 16, "run.learning_rate": 0.1},
