@@ -149,6 +149,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "wait_phases": Key(bool, True, "time the waiting for other ranks apart (wait_up/wait_down: the lengths' "
                            "Gather, the control word's Bcast, a barrier before an Allreduce), so that "
                            "comm_up/comm_down hold transfer only (false: waiting is in comm_*)"),
+        "overlap": Key(bool, False, "start each layer's exchange (non-blocking Iallreduce) as soon as the backward "
+                       "pass has computed its gradient and wait only before the step (PyTorch DDP's buckets); "
+                       "mlp/softmax under allreduce with dcgd/diana/ef and identity, identity:fp16/bf16/fp64 "
+                       "(docs/overlap.md); a warning on a problem with one parameter tensor"),
         "warm_up": Key(bool, False, "one untimed iteration before the timed loop, then every state restored as "
                        "from a checkpoint: MPI connection set-up and first-touch costs are not the method's "
                        "(costs one copy of the run's state at the start)"),

@@ -137,9 +137,19 @@ class Model:
             a = z
         return a, acts
 
-    def _block(self, v, X, labels, m: int, g, gv):
+    def layer_range(self, j: int) -> tuple[int, int]:
+        """[a, b) of layer j's weight and bias in the flat vector (contiguous: W_j then b_j)."""
+        return self.segments[2 * j][1], self.segments[2 * j + 1][2]
+
+    def buckets(self) -> list[tuple[int, int]]:
+        """The layers' ranges in the order the backward pass completes them (output layer first):
+        the buckets of ``run.overlap`` (:mod:`hpcgc.exchange.overlap`)."""
+        return [self.layer_range(j) for j in range(len(self.layers) - 1, -1, -1)]
+
+    def _block(self, v, X, labels, m: int, g, gv, layer_done=None):
         """Σ −log p(label) over the rows X and, if ``g`` is given, their share of the mean
-        cross-entropy's gradient (1/m of the sum) written into every tensor of g."""
+        cross-entropy's gradient (1/m of the sum) written into every tensor of g; ``layer_done(j)``
+        after layer j's tensors are written (output layer first)."""
         logits, acts = self._forward(v, X, keep=g is not None)
         logits -= logits.max(axis=1, keepdims=True)
         e = np.exp(logits)
@@ -158,15 +168,22 @@ class Model:
             else:
                 np.matmul((X if j == 0 else acts[j - 1]).T, dz, out=gv[w])
             np.sum(dz, axis=0, out=gv[b])
+            if layer_done is not None:
+                layer_done(j)
             if j > 0:
                 dz = dz @ v[w].T
                 dz *= acts[j - 1] > 0
         return nll
 
-    def loss_grad(self, x, X, labels, l2: float, need_grad: bool = True, out=None):
+    def loss_grad(self, x, X, labels, l2: float, need_grad: bool = True, out=None, ready=None):
         """Mean cross-entropy + (l2/2)‖x‖² and its gradient (written into ``out`` if given, a
         d-vector). Rows are taken ``block_rows`` at a time: one block (every mini-batch, the
-        bundled data sets) is one pass."""
+        bundled data sets) is one pass.
+
+        ``ready(a, b)`` (``run.overlap``): called as soon as the gradient's slice [a, b) — one layer's
+        weight and bias, l2 term included — is final, output layer first (:meth:`buckets`); with one
+        block that is right after the layer's backward step, with several after the last block. The
+        l2 term is then added layer by layer: the same elementwise operations, the same bits."""
         m = X.shape[0]
         v = self.views(x)
         g = gv = None
@@ -174,6 +191,15 @@ class Model:
             g = np.empty(self.d) if out is None else out
             gv = self.views(g)
         step = self.block_rows
+        if ready is not None and need_grad and m <= step:
+            tmp = self._scratch()
+
+            def layer_done(j):
+                a, b = self.layer_range(j)
+                g[a:b] += np.multiply(x[a:b], l2, out=tmp[a:b])
+                ready(a, b)
+            nll = self._block(v, X, labels, m, g, gv, layer_done)
+            return nll / m + 0.5 * l2 * float(np.dot(x, x)), g
         nll = self._block(v, X[:step], labels[:step], m, g, gv) if m > step else self._block(v, X, labels, m, g, gv)
         if m > step:
             sv = self.views(self._scratch()) if need_grad else None
@@ -185,6 +211,9 @@ class Model:
         if not need_grad:
             return loss, None
         g += np.multiply(x, l2, out=self._scratch())
+        if ready is not None:
+            for a, b in self.buckets():
+                ready(a, b)
         return loss, g
 
     def __getstate__(self):
@@ -215,11 +244,12 @@ class ClassifierProblem:
         self.kind = model.kind
         self.d = model.d
 
-    def grad(self, x, rows=None, out=None):
-        """∇f(x) on the shard (or its ``rows``), a new d-vector or written into ``out``."""
+    def grad(self, x, rows=None, out=None, ready=None):
+        """∇f(x) on the shard (or its ``rows``), a new d-vector or written into ``out``; ``ready(a,
+        b)`` as each layer's slice is final (:meth:`Model.loss_grad`)."""
         if rows is None:
-            return self.model.loss_grad(x, self.A, self.labels, self.l2, out=out)[1]
-        return self.model.loss_grad(x, self.A[rows], self.labels[rows], self.l2, out=out)[1]
+            return self.model.loss_grad(x, self.A, self.labels, self.l2, out=out, ready=ready)[1]
+        return self.model.loss_grad(x, self.A[rows], self.labels[rows], self.l2, out=out, ready=ready)[1]
 
     def loss(self, x) -> float:
         return self.model.loss_grad(x, self.A, self.labels, self.l2, need_grad=False)[0]

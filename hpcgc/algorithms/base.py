@@ -157,6 +157,16 @@ class Algorithm:
     compress its broadcast with EF21-P (``run.downlink``, :mod:`hpcgc.exchange.downlink`): the
     workers then evaluate at w, the server keeps stepping its own x."""
 
+    overlaps = False
+    """True when :meth:`worker_compute_layers` exists: the worker's message is final coordinate by
+    coordinate as the backward pass completes each layer, so ``run.overlap`` can start each layer's
+    exchange before the pass ends (:mod:`hpcgc.exchange.overlap`): DCGD, DIANA, EF."""
+
+    def worker_compute_layers(self, state, x, problem, rng, ready) -> None:
+        """``worker_compute`` on a problem of several tensors, calling ``ready(a, b)`` as soon as
+        ``worker_message(state)[a:b]`` is final (one layer). Same operations, same bits."""
+        raise NotImplementedError(f"{self.name} cannot overlap its exchange with the backward pass")
+
     def down_extra(self, ss) -> np.ndarray | None:
         """Under ``gather``, right after the iterate's Bcast, every rank: an array that one more Bcast
         from rank 0 fills this iteration (rank 0 passes the server's, ``ss`` not None; a worker rank its

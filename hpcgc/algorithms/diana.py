@@ -210,6 +210,19 @@ class Diana(Algorithm):
         rows = rng.choice(problem.A.shape[0], size=self.batch, replace=False) if self.batch else None
         np.subtract(problem.grad(x, rows), state.h, out=state.delta)
 
+    overlaps = True
+
+    def worker_compute_layers(self, state: WorkerState, x: np.ndarray, problem, rng, ready):
+        """``worker_compute`` with Δ_i[a:b] = g_i[a:b] − h_i[a:b] formed as each layer's gradient is
+        final, then ``ready(a, b)`` (``run.overlap``): the gradient is written into Δ_i itself."""
+        rows = rng.choice(problem.A.shape[0], size=self.batch, replace=False) if self.batch else None
+        delta, h = state.delta, state.h
+
+        def done(a, b):
+            np.subtract(delta[a:b], h[a:b], out=delta[a:b])
+            ready(a, b)
+        problem.grad(x, rows, out=delta, ready=done)
+
     def worker_message(self, state: WorkerState) -> np.ndarray:
         """Δ_i = g_i − h_i: the vector worker i compresses."""
         return state.delta

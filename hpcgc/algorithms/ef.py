@@ -178,6 +178,21 @@ class EF(ErrorFeedback):
         rows = rng.choice(problem.A.shape[0], size=self.batch, replace=False) if self.batch else None
         state.e += self.gamma * problem.grad(x, rows)
 
+    overlaps = True
+
+    def worker_compute_layers(self, state: WorkerState, x: np.ndarray, problem, rng, ready):
+        """``worker_compute`` with e_i[a:b] += γ·g_i[a:b] as each layer's gradient is final, then
+        ``ready(a, b)`` (``run.overlap``; the gradient goes to a scratch vector of the state)."""
+        rows = rng.choice(problem.A.shape[0], size=self.batch, replace=False) if self.batch else None
+        if getattr(state, "g", None) is None:
+            state.g = np.empty(self.d)
+        e, g, gamma = state.e, state.g, self.gamma
+
+        def done(a, b):
+            e[a:b] += gamma * g[a:b]
+            ready(a, b)
+        problem.grad(x, rows, out=g, ready=done)
+
     def worker_message(self, state: WorkerState) -> np.ndarray:
         return state.e
 

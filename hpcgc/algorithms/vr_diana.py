@@ -95,6 +95,7 @@ class VrDiana(Diana):
 
     name = "vr-diana"
     nonconvex_ok = True
+    overlaps = False            # its gradient is a variance-reduced combination, not one backward pass
     step_rules = {"vr-strongly-convex": STRONGLY_CONVEX, "horvath-thm4": SMOOTH, LEARNING_RATE: NO_CONSTANT}
     auto_rules = {STRONGLY_CONVEX: "vr-strongly-convex", SMOOTH: "horvath-thm4", NO_CONSTANT: LEARNING_RATE}
     """'vr-strongly-convex': γ = 1/(6 L_b (1 + 4ω/n)) (module doc); 'horvath-thm4': Thm 4 with

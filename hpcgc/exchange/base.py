@@ -96,6 +96,18 @@ class Exchange:
                               f"{alg_cls.collectives_why}")
 
     # -- per iteration -------------------------------------------------------------------------
+    hooked = 0.0
+    """Seconds of the last :meth:`compute` spent in the exchange's own work (``run.overlap``: the
+    buckets' casts and MPI calls, reported in ``compress`` and ``comm_up``); the loop takes them out
+    of ``grad``."""
+    hidden = 0.0
+    """Seconds of the last :meth:`compute` with a collective in flight (``comm_hidden``)."""
+
+    def compute(self, ws, x, local, rng) -> None:
+        """The worker's gradient (or local steps): ``alg.worker_compute``; an overlapping exchange
+        (:mod:`.overlap`) also starts each bucket's collective as the backward pass completes it."""
+        self.alg.worker_compute(ws, x, local, rng)
+
     def encode(self, ws):
         """The worker's message (byte payload by default)."""
         return self.alg.worker_encode(ws, self.rng)

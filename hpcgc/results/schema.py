@@ -17,9 +17,11 @@ SCALAR_SERIES = ("iteration", "loss", "suboptimality", "dist_to_opt", "grad_norm
 WORKER_SERIES = ("bits_up_model", "bits_up_wire", "bits_received_wire")
 """Per-worker cumulative series; ``bits_received_wire`` (bytes MPI delivered into the worker's
 receive buffers from other ranks, ×8) is absent from files written before it existed."""
-PHASES = ("grad", "compress", "wait_up", "comm_up", "server", "wait_down", "comm_down", "other", "iter")
+PHASES = ("grad", "compress", "wait_up", "comm_up", "server", "wait_down", "comm_down", "other", "iter",
+          "comm_hidden")
 """= transport.PHASES; files written before ``wait_up``, ``wait_down`` and ``other`` existed lack them
-(their ``comm_*`` include the waiting, their ``iter`` is the sum of the five others)."""
+(their ``comm_*`` include the waiting, their ``iter`` is the sum of the five others); files written
+before ``run.overlap`` lack ``comm_hidden`` (0 in every run without overlap)."""
 LEDGER = ("Gather", "Gatherv", "Bcast", "Allgather", "Allgatherv", "Allreduce", "Alltoall", "Alltoallv")
 """= transport.LEDGER; files written before Alltoall/Alltoallv were appended lack those two."""
 

@@ -23,7 +23,7 @@ def iterate(alg, ex, ws, ss, x, local, rng, *, iterations: int, eval_every: int,
     while not stop and k < iterations:
         t0 = wtime()
         if worker:
-            alg.worker_compute(ws, x, local, rng)          # gradient (or local steps)
+            ex.compute(ws, x, local, rng)                  # gradient (run.overlap: starts the buckets' exchanges)
         t1 = wtime()
         msg = ex.encode(ws)                                # compress
         t2 = wtime()
@@ -32,8 +32,9 @@ def iterate(alg, ex, ws, ss, x, local, rng, *, iterations: int, eval_every: int,
         control = ex.control()
         watch.lap(k)                                       # observers (rank 0: progress line)
         # a dedicated server has no gradient or compression; "other" = the rest of the wall-clock
-        watch.clock.lap(k, t1 - t0 if worker else 0.0, t2 - t1 + extra if worker else 0.0,
-                        wait_up, up, server, wait_down, down, wtime() - t0)
+        # run.overlap: the exchange's work inside compute (casts, MPI starts and tests) is in extra and up
+        watch.clock.lap(k, t1 - t0 - ex.hooked if worker else 0.0, t2 - t1 + extra if worker else 0.0,
+                        wait_up, up, server, wait_down, down, wtime() - t0, ex.hidden)
         if control == DIVERGED:
             return k, True
         if k % eval_every == 0 or k == iterations or control == STOP:
@@ -53,7 +54,7 @@ def warm_up(alg, ex, ws, ss, x, local, rng, state) -> None:
     on_step, ex.on_step = ex.on_step, (lambda: CONTINUE)     # no bit accounting, no budget check
     try:
         if ws is not None:
-            alg.worker_compute(ws, x, local, rng)
+            ex.compute(ws, x, local, rng)
         ex.exchange(ex.encode(ws), ss)
     finally:
         ex.on_step = on_step

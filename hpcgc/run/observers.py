@@ -41,7 +41,9 @@ class Clock:
 
     ``lap(k, grad, compress, wait_up, comm_up, server, wait_down, comm_down, wall)``: ``wall`` is
     the iteration's wall-clock (``iter``); ``other`` = ``wall`` minus the seven measured phases (hpcgc's
-    own bookkeeping between them). The lap itself is the one thing after ``wall`` was read."""
+    own bookkeeping between them). The lap itself is the one thing after ``wall`` was read. ``hidden``
+    (``comm_hidden``, ``run.overlap``) is the part of ``grad`` with a collective in flight: not in
+    the sum."""
 
     def __init__(self, iterations: int, keep: bool):
         self.totals = np.zeros(len(PHASES))
@@ -49,11 +51,11 @@ class Clock:
         self.per_iteration = np.zeros((iterations, len(PHASES))) if keep else None
         self._row = np.zeros(len(PHASES))      # the lap's row when iterations are not kept
 
-    def lap(self, k: int, grad, compress, wait_up, comm_up, server, wait_down, comm_down, wall):
+    def lap(self, k: int, grad, compress, wait_up, comm_up, server, wait_down, comm_down, wall, hidden=0.0):
         other = wall - (grad + compress + wait_up + comm_up + server + wait_down + comm_down)
         row = self._row if self.per_iteration is None else self.per_iteration[k - 1]
-        row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8] = \
-            grad, compress, wait_up, comm_up, server, wait_down, comm_down, other, wall
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9] = \
+            grad, compress, wait_up, comm_up, server, wait_down, comm_down, other, wall, hidden
         np.add(self.totals, row, out=self.totals)       # item stores + one add: no tuple → array conversion
 
 

@@ -6,6 +6,7 @@ computed on rank 0 only, on the global objective, outside the timed phases.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,6 +15,8 @@ from .. import algorithms, allocation, compressors, config, exchange
 from ..errors import ConfigError, UserError
 from ..exchange import downlink
 from ..exchange.base import CONTINUE
+from ..exchange.overlap import OverlapAllreduce
+from ..exchange.overlap import warning as overlap_warning
 from ..problems import BINARY_KINDS
 from ..transport import LENGTH_BYTES, PHASES, Transport
 from ..typed_state import StateMismatch
@@ -114,6 +117,15 @@ class Run:
         # Allreduce calls per iteration; building worker 0's codec also checks the message's shape
         # now that it is known (e.g. a PowerSGD rank too large for a layer)
         self.exchange_rounds = self.alg.sum_codec(0).rounds if self.r["collective"] == "allreduce" else 1
+        # run.overlap (checked at plan time): one bucket per layer; a problem of one layer only warns
+        self.overlap_buckets = 0
+        if self.r.get("overlap"):
+            note = overlap_warning(rc["problem"]["kind"])
+            if note is None and s.model is not None and len(s.model.layers) > 1:
+                self.overlap_buckets = len(s.model.layers)
+            elif transport.is_root:
+                print(note or "warning: run.overlap = true: the model has one layer; nothing to overlap",
+                      file=sys.stderr, flush=True)
         seq = np.random.SeedSequence(self.r["seed"]).spawn(transport.size)[transport.rank]
         self.rng = np.random.default_rng(seq)
         # identical on every rank: what shared-seed compressors draw from (same coordinates everywhere)
@@ -260,8 +272,11 @@ class Run:
         if width >= 0:
             mine = np.full(width, -np.inf) if vals is None else np.asarray(vals, dtype=np.float64)
             alg.set_agreed(t.allreduce_max_array(mine))
-        ex = exchange.get(r["collective"])(t, alg, s.worker_ranks, me, x, self._encode_rng(),
-                                           downlink=self.downlink, downlink_rng=self.down_rng)
+        ex_cls, more = exchange.get(r["collective"]), {}
+        if self.overlap_buckets:                      # run.overlap (hpcgc.exchange.overlap)
+            ex_cls, more = OverlapAllreduce, {"buckets": s.model.buckets()}
+        ex = ex_cls(t, alg, s.worker_ranks, me, x, self._encode_rng(),
+                    downlink=self.downlink, downlink_rng=self.down_rng, **more)
         ex.split = r["wait_phases"]
         self.ex = ex
         x = ex.x                                       # the exchange's own buffer (gather: the broadcast's)
@@ -455,7 +470,7 @@ class Run:
              "stop_measure": "f - f*" if s.opt else "grad_norm_sq / grad_norm_sq[0]",
              "reference": s.reference,
              "evaluation": ("reduction over the shards" if s.reference == "none" else "rank 0, whole data set"),
-             "downlink": downlink.DENSE}
+             "downlink": downlink.DENSE, "overlap_buckets": self.overlap_buckets}
         if self.downlink is not None:
             a.update(self.downlink.describe())
         a.update(self.alg.describe())

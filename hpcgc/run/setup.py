@@ -18,6 +18,7 @@ import numpy as np
 from .. import algorithms, allocation, compressors, config, data, exchange
 from ..errors import ConfigError, UserError
 from ..exchange import downlink
+from ..exchange.overlap import refusal as overlap_refusal
 from ..models import MODEL_KINDS, ClassifierProblem, Model, check_mlp_size
 from ..problems import BINARY_KINDS, CONVEX_KINDS, Objective, cached_reference
 from ..problems import KINDS as LINEAR_KINDS
@@ -151,6 +152,9 @@ def _check_point(rc: dict, alg_cls, comp) -> list[tuple]:
     else:
         try:
             check_collective(r, alg_cls, comp)
+            why = overlap_refusal(r, alg_cls, comp)
+            if why is not None:
+                raise ConfigError(why)
             if down_ok:
                 downlink.check(r["downlink"], alg_cls=alg_cls, collective=r["collective"])
             if getattr(comp, "matrices_only", False):

@@ -16,14 +16,17 @@ from .reductions import reduction
 ROOT = 0
 LENGTH_BYTES = 4  # one int32 length announcement per rank and iteration
 DOWN_HEADER_BYTES = 8  # compressed downlink: int32 payload length + int32 control word, per iteration
-PHASES = ("grad", "compress", "wait_up", "comm_up", "server", "wait_down", "comm_down", "other", "iter")
+PHASES = ("grad", "compress", "wait_up", "comm_up", "server", "wait_down", "comm_down", "other", "iter",
+          "comm_hidden")
 """Per-rank phase timers of an iteration (what each contains: ``docs/results.md``, "Phases"): the
 method's work (``grad``, ``compress``, ``server``), the idle time waiting for other ranks before a
 transfer (``wait_up``, ``wait_down``: the lengths' Gather / the control word's Bcast, a barrier
 before an Allreduce round; 0 with ``run.wait_phases = false``), the transfers (``comm_up``,
 ``comm_down``), and the iteration's wall-clock ``iter``, measured; ``other`` is not timed itself
 but is ``iter`` minus the seven others: hpcgc's own bookkeeping inside the iteration (bit
-accounting, stop checks, timer calls). Evaluation points are outside every phase."""
+accounting, stop checks, timer calls). Evaluation points are outside every phase. ``comm_hidden``
+(``run.overlap``, :mod:`hpcgc.exchange.overlap`; 0 otherwise) is not part of that sum: the time of
+``grad`` during which one of the iteration's non-blocking collectives was in flight."""
 LEDGER = ("Gather", "Gatherv", "Bcast", "Allgather", "Allgatherv", "Allreduce", "Alltoall", "Alltoallv")
 """The collectives of the bit ledgers, in the order of ``Transport.ledger`` and ``Transport.received``
 (``Alltoall``/``Alltoallv``, used by ``reduce-scatter`` only, were appended last)."""
@@ -60,6 +63,7 @@ class Transport:
         self._a2a_sdispls = np.zeros(self.size, dtype=np.int64)
         self._a2a_rdispls = np.zeros(self.size, dtype=np.int64)
         self._a2a_buf = np.zeros(1 << 16, dtype=np.uint8)
+        self._pending = []                                       # run.overlap: the started Iallreduce requests
         self.reset_ledger()
 
     # -- ledger ---------------------------------------------------------------------------------
@@ -181,6 +185,29 @@ class Transport:
         self.ledger[_ALLREDUCE] += vec.nbytes
         self.received[_ALLREDUCE] += out.nbytes
         return out
+
+    def iallreduce(self, vec: np.ndarray, out: np.ndarray, op: str, wire: str) -> None:
+        """Start ``out = op_ranks vec`` (``MPI_Iallreduce``, the non-blocking :meth:`allreduce`: same
+        datatypes and operations, same ledger entries, counted when started) and keep its request
+        among the pending ones (:meth:`test_pending`, :meth:`wait_pending`). Neither buffer may be
+        touched until :meth:`wait_pending` returns. ``run.overlap`` (:mod:`hpcgc.exchange.overlap`):
+        every rank starts the same buckets in the same order."""
+        dt, mop = reduction(op, wire)
+        self._pending.append(self.comm.Iallreduce([vec, dt], [out, dt], op=mop))
+        self.ledger[_ALLREDUCE] += vec.nbytes
+        self.received[_ALLREDUCE] += out.nbytes
+
+    def test_pending(self) -> bool:
+        """``MPI_Testall`` on the pending requests: lets MPI progress them (the tests between layers of
+        ``run.overlap``) and says whether every one has completed (they stay pending until
+        :meth:`wait_pending`)."""
+        return bool(MPI.Request.Testall(self._pending)) if self._pending else True
+
+    def wait_pending(self) -> None:
+        """``MPI_Waitall`` on the pending requests; afterwards none is pending."""
+        if self._pending:
+            MPI.Request.Waitall(self._pending)
+            self._pending.clear()
 
     def alltoall_lengths(self, counts: np.ndarray) -> np.ndarray:
         """First half of :meth:`alltoallv`: ``Alltoall`` of one int32 per destination rank — the
