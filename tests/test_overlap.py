@@ -1,0 +1,97 @@
+"""``run.overlap`` without MPI: the plan-time refusals (one line, naming what is supported), the
+MLP's per-layer ``ready`` callbacks (order, ranges, the same gradient bits), the algorithms' layer
+by layer messages (the same bits as ``worker_compute``), and the overlap term of the break-even
+model. The iterates under a real mpiexec: tests/mpi/test_overlap_mpi.py; the saving on an emulated
+cluster: tests/test_overlap_emulated.py."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hpcgc import compressors, config
+from hpcgc.algorithms.diana import Dcgd, Diana
+from hpcgc.algorithms.ef import EF
+from hpcgc.exchange.overlap import warning
+from hpcgc.models import ClassifierProblem, Model
+from hpcgc.run.setup import check
+
+MLP = {"problem": {"kind": "mlp"}, "data": {"dataset": "digits"},
+       "run": {"collective": "allreduce", "overlap": True, "learning_rate": 0.1}}
+
+
+def cfg_with(**run):
+    cfg = config.defaults()
+    for sec, kv in MLP.items():
+        cfg[sec].update(kv)
+    cfg["run"].update(run)
+    return cfg
+
+
+@pytest.mark.parametrize("run, needle", [
+    ({"collective": "gather", "algorithm": "dcgd", "compressor": "identity"}, "under run.collective = 'gather'"),
+    ({"collective": "allgather", "algorithm": "ef", "compressor": "topk:k=10"}, "under run.collective = 'allgather'"),
+    ({"algorithm": "dcgd", "compressor": "int8"}, "int8's scale is a MAX over the whole vector"),
+    ({"algorithm": "dcgd", "compressor": "randk:k=10,shared_seed=true"}, "compressor randk"),
+    ({"algorithm": "local-sgd", "compressor": "identity"}, "algorithm 'local-sgd'"),
+])
+def test_refused_at_plan_time_in_one_line_naming_what_is_supported(run, needle):
+    (msg,) = check(cfg_with(**run))
+    assert needle in msg and "supported: run.collective = 'allreduce' with dcgd, diana or ef" in msg
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize("alg", ["dcgd", "diana", "ef"])
+@pytest.mark.parametrize("spec", ["identity", "identity:fp16", "identity:bf16", "identity:fp64=true"])
+def test_accepted_at_plan_time(alg, spec):
+    assert check(cfg_with(algorithm=alg, compressor=spec)) == []
+
+
+def test_one_layer_problems_warn_not_refuse():
+    cfg = cfg_with(algorithm="dcgd", compressor="identity")
+    cfg["problem"]["kind"] = "logreg"
+    assert check(cfg) == []
+    assert "one layer" in warning("logreg") and "nothing to overlap" in warning("softmax")
+    assert warning("mlp") is None
+
+
+def _problem(rows=40, depth=3, seed=0):
+    rng = np.random.default_rng(seed)
+    model = Model("mlp", 7, 4, hidden=9, depth=depth)
+    X, y = rng.standard_normal((rows, 7)), rng.integers(0, 4, rows)
+    return ClassifierProblem(model, X, y, l2=1e-3), model.init(seed)
+
+
+@pytest.mark.parametrize("block_rows", [None, 16])       # one block, and several (ready at the end)
+def test_ready_layer_by_layer_output_first_same_bits(block_rows):
+    prob, x = _problem()
+    if block_rows:
+        prob.model.block_rows = block_rows
+    seen, copies = [], []
+    g = np.empty(prob.d)
+
+    def ready(a, b):
+        seen.append((a, b))
+        copies.append(g[a:b].copy())                     # final already: nothing may change it later
+    prob.grad(x, out=g, ready=ready)
+    assert seen == prob.model.buckets() and seen[0][1] == prob.d and seen[-1][0] == 0
+    ref = prob.grad(x)
+    assert np.array_equal(g, ref)
+    for (a, b), c in zip(seen, copies):
+        assert np.array_equal(c, ref[a:b])
+
+
+@pytest.mark.parametrize("cls", [Dcgd, Diana, EF])
+def test_layer_by_layer_message_equals_worker_compute(cls):
+    prob, x = _problem()
+    comp = compressors.make("identity")
+    alg = cls([comp] * 2, d=prob.d, n_workers=2, weights=[0.5, 0.5],
+              problem_info={"L_max": 1.0, "L": 1.0, "mu": 0.0, "kind": "mlp"},
+              options={"learning_rate": 0.1, "batch": 8, "collective": "allreduce"})
+    one, two = alg.worker_init(0, prob), alg.worker_init(0, prob)
+    for ws in (one, two):                                 # a non-zero shift / memory
+        getattr(ws, "h", getattr(ws, "e", None))[:] = np.linspace(-1, 1, prob.d)
+    alg.worker_compute(one, x, prob, np.random.default_rng(5))
+    seen = []
+    alg.worker_compute_layers(two, x, prob, np.random.default_rng(5), lambda a, b: seen.append((a, b)))
+    assert seen == prob.model.buckets()
+    assert np.array_equal(alg.worker_message(one), alg.worker_message(two))
