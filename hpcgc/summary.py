@@ -33,7 +33,8 @@ def floor_columns(s) -> str:
 
 
 def summary_table(summaries) -> str:
-    cols = ("grad", "compress", "wait_up", "comm_up", "server", "wait_down", "comm_down", "other", "iter")
+    cols = ("grad", "compress", "wait_up", "comm_up", "server", "wait_down", "comm_down", "other", "iter",
+            "comm_hidden")
     head = (f"{RUN_HEAD} {'status':<10} {'iters':>6} {'f - f*':>10} "
             f"{'MB up':>9} {'wire/model':>10} " + " ".join(f"{c + '(ms)':>12}" for c in cols))
     floor = any(math.isfinite(s.floor_ratio) for s in summaries)
@@ -41,7 +42,8 @@ def summary_table(summaries) -> str:
         head += " " + floor_head("/floor")
     lines = ["# per-iteration times: mean over iterations and ranks; MB up: bytes that crossed the network "
              "(every rank's under allreduce/allgather, all but rank 0's under gather); wait_*: waiting for "
-             "other ranks (late senders) before a transfer, comm_*: the collective, other: hpcgc's bookkeeping, iter: wall-clock "
+             "other ranks (late senders) before a transfer, comm_*: the collective, other: hpcgc's bookkeeping, iter: wall-clock, "
+             "comm_hidden: run.overlap's communication in flight during grad, not in iter's sum "
              "(docs/results.md, Phases)",
              "# f - f*: the final suboptimality; on problems without f* (nonconvex) the final "
              "|grad f|^2 / |grad f(x0)|^2, marked g",

@@ -95,3 +95,37 @@ def test_layer_by_layer_message_equals_worker_compute(cls):
     alg.worker_compute_layers(two, x, prob, np.random.default_rng(5), lambda a, b: seen.append((a, b)))
     assert seen == prob.model.buckets()
     assert np.array_equal(alg.worker_message(one), alg.worker_message(two))
+
+
+# -- the break-even model with overlap (hpcgc.analysis.breakeven.model) -----------------------------
+def _model(label, up_bytes, workers, hide=0.0, iterations=100.0):
+    from hpcgc.analysis.breakeven.model import MethodModel
+    return MethodModel(label=label, panel=(), ranks=4, collective="allreduce", iterations=iterations,
+                       reached="1/1", workers=workers, server=1e-4, up_bytes=up_bytes, rounds=1, hide=hide)
+
+
+def test_overlap_pays_only_the_exchange_beyond_the_window_by_hand():
+    base, over = _model("b", 4e6, 0.02), _model("o", 4e6, 0.02, hide=0.01)
+    n, alpha = 4, 5e-5
+    a, b, g = (float(v) for v in base.coefficients(n))
+    for beta in (1e-10, 1e-9, 1e-8):                               # 80 Gb/s … 0.8 Gb/s
+        comm = a * alpha + b * beta
+        assert float(base.time(n, alpha, beta)) == pytest.approx(100 * (0.02 + 1e-4 + comm))
+        assert float(over.time(n, alpha, beta)) == pytest.approx(100 * (0.02 + 1e-4 + max(0.0, comm - 0.01)))
+
+
+def test_overlapped_break_even_matches_a_fine_sweep():
+    from hpcgc.analysis.breakeven.measure import beta_to_gbps
+    from hpcgc.analysis.breakeven.model import method_break_even
+    n, alpha = 4, 5e-5
+    base = _model("fp32 overlapped", 4e6, 0.02, hide=0.015)
+    for comp in (_model("compressed", 2e5, 0.03, iterations=130.0), _model("compressed fast", 2e5, 0.021)):
+        be = method_break_even(comp, base, n, alpha)
+        betas = np.geomspace(1e-12, 1e-6, 200001)
+        wins = comp.time(n, alpha, betas) < base.time(n, alpha, betas)
+        flips = np.flatnonzero(np.diff(wins.astype(int)))
+        if not len(flips):
+            assert be.kind == ("always" if wins.all() else "never")
+            continue
+        assert be.kind == "below" and wins[-1]                     # compression wins on slow networks
+        assert be.gbps == pytest.approx(float(beta_to_gbps(betas[flips[0]])), rel=1e-3)

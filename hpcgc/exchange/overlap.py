@@ -106,6 +106,7 @@ class OverlapAllreduce(Exchange):
         self.sink = np.random.default_rng(0)             # the buckets' own draws: discarded (see compute)
         self.ws = None
         self.started = 0
+        self.window = [0.0, 0]                           # Σ seconds, iterations: see window_seconds
 
     # -- the backward pass -------------------------------------------------------------------------
     def compute(self, ws, x, local, rng) -> None:
@@ -114,6 +115,7 @@ class OverlapAllreduce(Exchange):
         self.ws, self.started = ws, 0
         self._compress = self._comm = self.hidden = 0.0
         self._busy, self._busy_hooks = None, 0.0
+        self._first, self._hooks_after = None, 0.0
         self.alg.worker_compute_layers(ws, x, local, rng, self._ready)
         end = wtime()
         # the whole-vector codec draws one 64-bit word per iteration after the gradient's draws (the
@@ -121,6 +123,9 @@ class OverlapAllreduce(Exchange):
         self.rng.integers(0, 2**64, dtype=np.uint64)
         if self._busy is not None:
             self.hidden += end - self._busy - self._busy_hooks
+        if self._first is not None:
+            self.window[0] += end - self._first - self._hooks_after
+            self.window[1] += 1
         if self.started != len(self.buckets):
             raise RuntimeError(f"run.overlap: the backward pass completed {self.started} of "
                                f"{len(self.buckets)} buckets")
@@ -131,6 +136,10 @@ class OverlapAllreduce(Exchange):
         j = self.index[(a, b)]
         v = self.codecs[j].begin(self.alg.worker_message(self.ws)[a:b], self.weight, self.sink)
         t1 = wtime()
+        if self._first is None:
+            self._first = t1
+        else:
+            self._hooks_after += t1 - t0
         if self._busy is None:
             self._busy, self._busy_hooks = t1, 0.0
         else:
@@ -140,11 +149,18 @@ class OverlapAllreduce(Exchange):
         done = self.t.test_pending()
         t2 = wtime()
         self._busy_hooks += t2 - t1
+        self._hooks_after += t2 - t1
         self._compress += t1 - t0
         self._comm += t2 - t1
         if done:                                          # nothing in flight until the next start
             self.hidden += t2 - self._busy - self._busy_hooks
             self._busy = None
+
+    def window_seconds(self) -> float:
+        """Mean over iterations of this rank's overlap window: the backward pass's time after the
+        first bucket's start (the exchange's own work taken out) — the computation that can hide
+        communication, the H of the break-even model's max(0, T_comm − H) (``docs/breakeven.md``)."""
+        return self.window[0] / self.window[1] if self.window[1] else float("nan")
 
     # -- after the backward pass -----------------------------------------------------------------
     def encode(self, ws):

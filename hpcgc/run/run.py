@@ -412,6 +412,8 @@ class Run:
         else:
             med_iter = mean_ms["iter"]
         extra = {}
+        if self.overlap_buckets:                 # run.overlap: rank 0's window (the break-even model's H)
+            extra["overlap_window_seconds"] = self.ex.window_seconds()
         if floor is not None:
             extra = {**floor, "floor_ratio": 1e-3 * med_iter / floor["floor_seconds"]
                      if floor["floor_seconds"] > 0 else np.nan}

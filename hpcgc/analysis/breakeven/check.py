@@ -43,7 +43,7 @@ def predicted_run_time(m: MethodModel, latency: Latency, iterations: float, gamm
     for op, (a, b, g) in exchange_parts(m.collective, m.up_bytes, m.down_bytes, m.ranks, m.rounds, m.down_bcasts):
         alpha, beta = op_alpha_beta(latency, op)
         comm += float(a) * alpha + float(b) * beta + float(g) * gamma
-    return iterations * (float(m.compute(m.ranks)) + comm)
+    return iterations * (float(m.compute(m.ranks)) + float(m.paid(comm)))
 
 
 LOCAL_SPAN = 4.0                # the local fit uses the measured sizes within this factor of the message
@@ -139,7 +139,7 @@ def predicted_run_time_local(m: MethodModel, latency: Latency, iterations: float
     """Like :func:`predicted_run_time`, with α, β fitted per message size (:func:`message_seconds_local`)."""
     comm = sum(calls * message_seconds_local(latency, op, nbytes, m.ranks) for op, nbytes, calls in
                m.messages() if nbytes > 0)
-    return iterations * (float(m.compute(m.ranks)) + comm)
+    return iterations * (float(m.compute(m.ranks)) + float(m.paid(comm)))
 
 
 def table_seconds(latency: Latency, op: str, nbytes: float) -> float:

@@ -5,6 +5,7 @@ Part of :mod:`hpcgc.analysis.breakeven` (the model and its documentation are in 
 """
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass, field
@@ -40,6 +41,13 @@ class MethodModel:
     precision: str = ""        # an uncompressed-equivalent Allreduce's wire type (baselines.precision_of)
     dense_bytes: float = 0.0   # the uncompressed float64 vector (8·d): what a node reduces in a hierarchical exchange
     modelled: bool = False     # a baseline modelled from another run (baselines.modelled_16bit)
+    hide: float = 0.0          # run.overlap: seconds per iteration of backward pass after the first bucket's
+    #                            start (the run's overlap_window_seconds), which hides communication
+
+    def paid(self, comm):
+        """The communication an iteration pays: all of it, or with ``run.overlap`` the exchange time
+        that exceeds the remaining backward time, max(0, comm − H) (DDP's buckets; docs/breakeven.md)."""
+        return np.maximum(np.asarray(comm, dtype=float) - self.hide, 0.0) if self.hide > 0 else comm
 
     def compute(self, n) -> np.ndarray:
         """Seconds per iteration that are not transfers, at n processes: compute (the server's decoding
@@ -63,7 +71,12 @@ class MethodModel:
         return self.iterations * (self.compute(n) + a * alpha + g * gamma), self.iterations * b
 
     def time(self, n, alpha: float, beta, gamma: float = 0.0) -> np.ndarray:
-        """Modelled seconds to target at n processes, latency α (s), inverse bandwidth β (s/B)."""
+        """Modelled seconds to target at n processes, latency α (s), inverse bandwidth β (s/B);
+        with overlap (``hide`` > 0) K·(c + max(0, aα + bβ + gγ − H)): piecewise affine in β."""
+        if self.hide > 0:
+            a, b, g = self.coefficients(n)
+            comm = a * alpha + b * np.asarray(beta, dtype=float) + g * gamma
+            return self.iterations * (self.compute(n) + self.paid(comm))
         p, q = self.affine(n, alpha, gamma)
         return p + q * np.asarray(beta, dtype=float)
 
@@ -145,11 +158,13 @@ def measure_run(ri, target: Target) -> dict:
     if collective == RS_COLLECTIVE:              # up, down: the two stages' whole compressed vectors
         up, down = rs_stage_bytes(r, up, k, crossed, ri.ranks)
     t = first_reached(run_target_series(ri, target), target.eps)
+    buckets = int(r.attrs.get("overlap_buckets", 0))      # run.overlap: one Iallreduce per bucket
+    hide = float(r.attrs.get("overlap_window_seconds", 0.0)) if buckets else 0.0
     return {"iterations": float(it[t]) if t is not None else float("nan"),
             "workers": ph["grad"] + ph["compress"], "server": ph["server"],
             "idle": ph["wait_up"] + ph["wait_down"], "other": ph["other"], "first": ph["first"],
-            "up": up, "down": down, "collective": collective,
-            "rounds": int(r.attrs.get("exchange_rounds", 1)),
+            "up": up, "down": down, "collective": collective, "hide": hide if math.isfinite(hide) else 0.0,
+            "rounds": buckets or int(r.attrs.get("exchange_rounds", 1)),
             "down_bcasts": 1 if r.attrs.get("downlink", "dense") == "dense" else 2}
 
 
@@ -173,7 +188,7 @@ def method_models(coll, target: Target) -> list[MethodModel]:
         its = [p["iterations"] for p in per]
         reached = sum(1 for v in its if math.isfinite(v))
         mean = {key: float(np.mean([p[key] for p in per]))
-                for key in ("workers", "server", "idle", "other", "up", "down")}
+                for key in ("workers", "server", "idle", "other", "up", "down", "hide")}
         out.append(MethodModel(
             label=_label(m.label), panel=m.panel, ranks=m.ranks, collective=per[0]["collective"],
             iterations=float(np.mean(its)) if reached == len(its) else float("nan"),
@@ -181,7 +196,7 @@ def method_models(coll, target: Target) -> list[MethodModel]:
             up_bytes=mean["up"], down_bytes=mean["down"], rounds=per[0]["rounds"],
             down_bcasts=per[0]["down_bcasts"], baseline=is_baseline(m.runs[0]), runs=m.runs,
             idle=mean["idle"], other=mean["other"], precision=baselines.run_precision(m.runs[0]) or "",
-            dense_bytes=8.0 * float(m.runs[0].run.attrs.get("d", 0) or 0)))
+            dense_bytes=8.0 * float(m.runs[0].run.attrs.get("d", 0) or 0), hide=mean["hide"]))
     seen: dict = {}
     for mm in out:
         seen.setdefault((mm.panel, mm.label), []).append(mm)
@@ -227,9 +242,54 @@ def break_even(pm: float, qm: float, pb: float, qb: float) -> BreakEven:
 def method_break_even(m: MethodModel, base: MethodModel, n: int, alpha: float, gamma: float = 0.0) -> BreakEven:
     if m is base:
         return BreakEven("baseline")
+    if m.hide > 0 or base.hide > 0:
+        return overlapped_break_even(m, base, n, alpha, gamma)
     pm, qm = m.affine(n, alpha, gamma)
     pb, qb = base.affine(n, alpha, gamma)
     return break_even(float(pm), float(qm), float(pb), float(qb))
+
+
+def _kink(mm: MethodModel, n, alpha: float, gamma: float) -> float:
+    """The β > 0 where an overlapped method's communication aα + bβ + gγ reaches its window H (NaN: none)."""
+    a, b, g = (float(v) for v in mm.coefficients(n))
+    if mm.hide <= 0 or b <= 0:
+        return float("nan")
+    beta = (mm.hide - a * alpha - g * gamma) / b
+    return beta if beta > 0 else float("nan")
+
+
+def _piece(mm: MethodModel, n, alpha: float, gamma: float, beta: float) -> tuple[float, float]:
+    """(P, Q) of T = P + Q·β on the piece of β that holds ``beta``: K·c and 0 while the overlapped
+    communication fits in the window H, else K(c + aα + gγ − H) and K·b (H = 0 without overlap)."""
+    a, b, g = (float(v) for v in mm.coefficients(n))
+    c, fixed = float(mm.compute(n)), a * alpha + g * gamma
+    if mm.hide > 0 and fixed + b * beta <= mm.hide:
+        return mm.iterations * c, 0.0
+    return mm.iterations * (c + fixed - max(mm.hide, 0.0)), mm.iterations * b
+
+
+def overlapped_break_even(m: MethodModel, base: MethodModel, n: int, alpha: float, gamma: float = 0.0) -> BreakEven:
+    """:func:`break_even` when either side overlaps (``hide`` > 0): T is then affine in β on each
+    side of its kink (where its communication equals H), so the difference is affine between the
+    (at most two) kinks; each piece is solved exactly as :func:`break_even` does. One crossing gives
+    ``below``/``above`` as there; two (a method that wins in a band only) the first where the
+    method wins towards lower bandwidths."""
+    if not math.isfinite(m.iterations):
+        return BreakEven("unreached")
+    kinks = sorted(k for k in (_kink(m, n, alpha, gamma), _kink(base, n, alpha, gamma)) if math.isfinite(k))
+    edges = [0.0, *kinks, math.inf]
+    roots, sign = [], None
+    for lo, hi in itertools.pairwise(edges):
+        at = 0.5 * (lo + hi) if math.isfinite(hi) else (2.0 * lo if lo > 0 else 1e-9)
+        (pm, qm), (pb, qb) = _piece(m, n, alpha, gamma, at), _piece(base, n, alpha, gamma, at)
+        dp, dq = pm - pb, qm - qb
+        sign = dp + dq * at < 0 if sign is None else sign
+        if dq != 0 and lo < -dp / dq < hi:
+            roots.append((-dp / dq, dq))
+    if not roots:
+        return BreakEven("always" if sign else "never")
+    root, dq = next((r for r in roots if r[1] < 0), roots[-1])
+    return BreakEven("below" if dq < 0 else "above", float(beta_to_gbps(root)))
 
 
 @dataclass
