@@ -16,17 +16,21 @@ time, of comm_up (communication paid), comm_hidden (communication in flight duri
 pass) and grad, the saving against ``off``, the machine and its load before and after. With
 ``--emulated NAME`` every launch goes through ``scripts/emulated-cluster.sh run --name NAME``
 (a cluster brought up beforehand: ``up --nodes N --rate R --name NAME``; docs/emulated-cluster.md).
-``--csv FILE`` also writes the table. This script calls no MPI itself.
+``--table NAME`` also writes the table as ``docs/data/NAME.csv`` (the cells as
+docs/overlap.md shows them) with its provenance sidecar ``docs/data/NAME.json`` (docs/data/README.md);
+``python -m hpcgc.docs_tables render`` then puts it into the page. This script calls no MPI itself.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +83,32 @@ def medians(path: Path) -> dict:
     return out
 
 
+def write_table(args, rows, snap, load0: float, load1: float, where: str) -> None:
+    """docs/data/<table>.csv (the cells as shown) and its provenance sidecar (docs/data/README.md)."""
+    from hpcgc.transport import library_version
+    path = ROOT / "docs" / "data" / f"{args.table}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["mode", "iteration (ms)", "comm_up (ms)", "comm_hidden (ms)", "grad (ms)", "saving vs off"])
+        for r in rows:
+            w.writerow([{"off": "off", "tests": "tests between layers", "thread": "progress thread"}[r["mode"]],
+                        f"{r['iter']:.1f}", f"{r['comm_up']:.1f}", f"{r['comm_hidden']:.1f}", f"{r['grad']:.1f}",
+                        "—" if r["mode"] == "off" else f"{r['saving_ms']:+.1f} ms ({r['saving_pct']:+.0f} %)"])
+    commit = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip()
+    side = {"source": "script", "commit": commit, "cpu": snap["cpu_model"], "cores": snap["cores"],
+            "ranks": args.n, "mpi": " ".join(library_version().split()),
+            "load": f"load average {load0:.2f} before, {load1:.2f} after, on {os.cpu_count()} CPUs",
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "command": "python scripts/overlap-bench.py " + " ".join(sys.argv[1:]),
+            "note": (f"MLP {args.hidden} x {args.depth} on {args.dataset} (d = {rows[0]['d']}), dcgd + "
+                     f"{args.compressor} under allreduce, {args.n} ranks on {where}; medians over iterations "
+                     f"{WARM + 1}..{args.iterations} of the rank-mean per-iteration times; saving = off's "
+                     "iteration minus this mode's")}
+    path.with_suffix(".json").write_text(json.dumps(side, indent=2, ensure_ascii=False) + "\n")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", type=int, default=2, help="ranks (with --emulated: the cluster's nodes)")
@@ -90,7 +120,7 @@ def main(argv=None) -> int:
     ap.add_argument("--iterations", type=int, default=30)
     ap.add_argument("--compressor", default="identity")
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
-    ap.add_argument("--csv", default="")
+    ap.add_argument("--table", default="", help="write docs/data/NAME.csv + NAME.json (e.g. overlap/shm)")
     args = ap.parse_args(argv)
     before = machine.snapshot()
     load0 = os.getloadavg()[0]
@@ -115,12 +145,8 @@ def main(argv=None) -> int:
         r["saving_pct"] = 100.0 * r["saving_ms"] / base
         print(f"{r['mode']:<8} {r['iter']:>9.2f} {r['comm_up']:>9.2f} {r['comm_hidden']:>9.2f} {r['grad']:>9.2f} "
               f"{r['saving_ms']:>9.2f} {r['saving_pct']:>7.1f}%")
-    if args.csv:
-        with open(args.csv, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(rows[0]) + ["load_before", "load_after", "where"])
-            w.writeheader()
-            for r in rows:
-                w.writerow({**r, "load_before": load0, "load_after": load1, "where": where})
+    if args.table:
+        write_table(args, rows, before, load0, load1, where)
     return 0
 
 
