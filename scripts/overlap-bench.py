@@ -99,7 +99,7 @@ def write_table(args, rows, snap, load0: float, load1: float, where: str) -> Non
                             cwd=ROOT).stdout.strip()
     side = {"source": "script", "commit": commit, "cpu": snap["cpu_model"], "cores": snap["cores"],
             "ranks": args.n, "mpi": " ".join(library_version().split()),
-            "load": f"load average {load0:.2f} before, {load1:.2f} after, on {os.cpu_count()} CPUs",
+            "load": f"average {load0:.2f} before, {load1:.2f} after, on {os.cpu_count()} CPUs",
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "command": "python scripts/overlap-bench.py " + " ".join(sys.argv[1:]),
             "note": (f"MLP {args.hidden} x {args.depth} on {args.dataset} (d = {rows[0]['d']}), dcgd + "
