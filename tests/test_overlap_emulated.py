@@ -39,8 +39,8 @@ def test_overlap_shortens_the_mlp_iteration_on_2_emulated_nodes_at_100mbit(tmp_p
     env["HPCGC_MPIEXEC"] = _mpiexec()
     name = f"hpcgc-overlap-ci-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     out = tmp_path / "overlap.h5"
-    up = _script("up", "--nodes", "2", "--rate", "100mbit", "--name", name, env=env)
-    try:
+    try:                                 # the cluster comes down even when bringing it up fails half-way
+        up = _script("up", "--nodes", "2", "--rate", "100mbit", "--name", name, env=env)
         assert up.returncode == 0, show(up)
         p = _script("run", "--name", name, "--", "-n", "2", sys.executable, "-m", "hpcgc.bench",
                     *[f"--set={k}={v}" for k, v in MLP.items()], "-o", str(out), env=env, timeout=400)
