@@ -40,6 +40,9 @@ def test_overlap_gives_the_same_iterates_bits_and_ledgers(shared_dir, alg, spec)
     hidden = on[0].time["comm_hidden"][-1]
     assert np.all(hidden >= 0) and np.all(hidden <= on[0].time["grad"][-1] + 1e-9)
     assert np.all(off[0].time["comm_hidden"][-1] == 0)
+    # the break-even model's window H: rank 0's backward time after the first bucket's start, per iteration
+    window = on[0].attrs["overlap_window_seconds"]
+    assert 0 < window <= on[0].time["grad"][-1][0] / 12 + 1e-6 and "overlap_window_seconds" not in off[0].attrs
 
 
 def test_one_layer_problem_warns_and_runs_as_without(shared_dir, capfd):
