@@ -129,3 +129,15 @@ def test_overlapped_break_even_matches_a_fine_sweep():
             continue
         assert be.kind == "below" and wins[-1]                     # compression wins on slow networks
         assert be.gbps == pytest.approx(float(beta_to_gbps(betas[flips[0]])), rel=1e-3)
+
+
+def test_measure_run_reads_the_overlap_window_and_one_allreduce_per_bucket():
+    from hpcgc.analysis import breakeven as be
+    from tests.test_breakeven import _run
+    ri = _run()
+    ri.run.attrs.update(collective="allreduce", exchange_rounds=1, overlap_buckets=3, overlap_window_seconds=0.012)
+    m = be.measure_run(ri, be.Target("suboptimality", 1e-3))
+    assert m["hide"] == 0.012 and m["rounds"] == 3
+    ri.run.attrs.update(overlap_buckets=0)                       # a one-layer problem: no window, one round
+    m = be.measure_run(ri, be.Target("suboptimality", 1e-3))
+    assert m["hide"] == 0.0 and m["rounds"] == 1

@@ -34,7 +34,11 @@ n, so a method m beats the baseline b where ΔP + ΔQ·β < 0, with P = K(c + a�
 **break-even bandwidth** 1/β* with β* = ΔP / (−ΔQ) is exact, not read off a grid
 (:func:`break_even`). α comes from a ``bench collectives`` file (each collective's fitted latency
 divided by its model's latency coefficient at the file's rank count; the median over collectives)
-or ``--latency-us``. Documented in ``docs/breakeven.md``; the formulas in ``docs/cost-models.md``.
+or ``--latency-us``. A run with ``run.overlap`` (its attributes ``overlap_buckets``,
+``overlap_window_seconds`` = H) pays only the exchange time beyond its backward pass,
+T = K·(c + max(0, aα + bβ + gγ − H)): piecewise affine in β, its break-even solved exactly on each
+piece (:func:`overlapped_break_even`). Documented in ``docs/breakeven.md``; the formulas in
+``docs/cost-models.md``.
 
 Modules: ``measure`` (what a run measured, the target), ``model`` (T(α, β, n), break-even, α),
 ``report`` (the table, the spread), ``check`` (the model against measured runs), ``figures``,
@@ -101,6 +105,7 @@ from .model import (
     method_break_even,
     method_models,
     op_coefficients,
+    overlapped_break_even,
 )
 from .report import (
     COLUMNS,
@@ -183,6 +188,7 @@ __all__ = [
     'method_models',
     'op_alpha_beta',
     'op_coefficients',
+    'overlapped_break_even',
     'panel_rows',
     'predicted_run_time',
     'predicted_run_time_local',
