@@ -106,7 +106,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
                          "horvath-thm4 | learning-rate (auto: flpytorch on logreg/ridge, horvath-thm4 on "
                          "sigmoid-loss, learning-rate on softmax/mlp; docs/methods.md)"),
         "alpha": Key((str, *_NUM), "theory", "DIANA shift step α ('theory' = 1/(1+ω))"),
-        "momentum": Key(_NUM, 0.0, "heavy-ball momentum β in [0, 1)"),
+        "momentum": Key(_NUM, 0.0, "momentum β in [0, 1), the weight on the past (0 = none): DIANA's heavy ball, "
+                         "EF21-SGDM's η = 1 − β, DASHA-MVR's b = 1 − β"),
         "learning_rate": Key(_NUM, 0.0, "step size γ where no theory step is used: local-sgd (0 = not set: 0.1), "
                              "dcgd/diana/ef/ef21 on softmax/mlp or with step_rule 'learning-rate' (required there)",
                              check=(_nonneg, ">= 0")),
@@ -118,6 +119,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "error_feedback": Key(bool, False, "error feedback: compress residual + update, keep the rest (local-sgd, diloco)"),
         "probability": Key((str, *_NUM), "theory", "the shared coin's p: VR-DIANA reference refresh (theory: b/m), "
                             "ADIANA w-update (its theorem), MARINA dense round (1/(1+ω)); in (0, 1]"),
+        "dasha_variant": Key(str, "full", "dasha's gradient estimator: 'full' (DASHA, full local gradients), 'page' "
+                             "(DASHA-PAGE: run.batch, coin run.probability, theory B/(B+m)) or 'mvr' (DASHA-MVR: "
+                             "run.batch, b = 1 − run.momentum); docs/methods.md", choices=("full", "page", "mvr")),
         "batch": Key(int, 0, "mini-batch size per worker (0 = full local gradient)", check=(_nonneg, ">= 0")),
         "repeats": Key(int, 1, "run every grid point this many times with the same seed (identical iterates; "
                        "the spread is the machine's), interleaved p0r0, p1r0, …, p0r1, …; recorded as the "

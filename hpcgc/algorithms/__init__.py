@@ -4,10 +4,12 @@ from __future__ import annotations
 from ..errors import ConfigError
 from .adiana import Adiana
 from .adiana_plus import AdianaPlus
+from .dasha import Dasha
 from .diana import Dcgd, Diana
 from .diloco import DiLoCo
 from .ef import EF
 from .ef21 import EF21
+from .ef21_sgdm import EF21SGDM
 from .local_sgd import LocalSGD
 from .marina import Marina
 from .smoothness import DcgdPlus, DianaPlus
@@ -25,6 +27,8 @@ REGISTRY = {
     "adiana+": (AdianaPlus, "ADIANA+: ADIANA with smoothness-aware compression (Safaryan, Hanzely, Richtárik 2021)"),
     "marina": (Marina, "MARINA: compressed gradient differences, dense rounds with probability p (Gorbunov et al. 2021)"),
     "diloco": (DiLoCo, "DiLoCo: local SGD rounds, compressed pseudo-gradient, outer Nesterov step (Douillard et al. 2023)"),
+    "ef21-sgdm": (EF21SGDM, "EF21-SGDM: EF21 on a momentum of stochastic gradients, η = 1 − run.momentum (Fatkhullin, Tyurin, Richtárik 2023)"),
+    "dasha": (Dasha, "DASHA: MARINA without dense rounds, momentum a = 1/(2ω+1); run.dasha_variant full | page | mvr (Tyurin, Richtárik 2023)"),
     "diana+": (DianaPlus, "DIANA+: DIANA with smoothness-aware compression S_i Q(S_i^- .) (Wang, Safaryan, Richtárik 2022)"),
 }
 
