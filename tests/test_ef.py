@@ -56,7 +56,7 @@ def test_registered_and_named_in_the_biased_refusal():
     cfg["run"].update(algorithm="dcgd", compressor="topk:k=3")
     (msg,) = check(cfg)
     assert msg == ("dcgd needs an unbiased compressor; topk:k=3 is biased. Algorithms that take biased "
-                   "compressors: diloco, ef, ef21, local-sgd")
+                   "compressors: diloco, ef, ef21, ef21-sgdm, local-sgd")
 
 
 def test_ef_steps_by_hand():
