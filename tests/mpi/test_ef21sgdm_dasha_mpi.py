@@ -3,7 +3,8 @@
 the degenerate cases equal existing methods (EF21-SGDM with run.momentum = 0 is EF21 bit for bit,
 under gather and reduce-scatter; DASHA with the identity compressor is gradient descent = dcgd +
 identity to float rounding); allgather equals gather bit for bit; an interrupted (real SIGTERM)
-and resumed run equals the uninterrupted one bit for bit."""
+and resumed run equals the uninterrupted one bit for bit; at batch 1 EF21-SGDM ends ≥ 3× below
+EF21 (measured 11.6×: the paper's claim at CI size)."""
 from __future__ import annotations
 
 import numpy as np
@@ -122,3 +123,17 @@ def test_interrupted_and_resumed_equals_uninterrupted(shared_dir, case):
     _execute(cfg, shared_dir / "cut.h5", resume=True)
     comm.Barrier()
     same_datasets(shared_dir / "full.h5", shared_dir / "cut.h5")
+
+
+def test_ef21_sgdm_beats_ef21_at_batch_one(shared_dir):
+    """The paper's claim at CI size (the experiment is jobs/experiments/ef21-sgdm-vs-ef21.toml):
+    batch 1, top-k, the same γ — EF21 stalls at its noise floor, EF21-SGDM (η = 0.1) ends far
+    below it (mean f − f* of the last 10 evaluations, 1500 iterations, fixed seed)."""
+    cfg = {"run.compressor": "topk:k=3", "run.batch": 1, "run.iterations": 1500}
+    a = run(shared_dir / "a.h5", {**cfg, "run.algorithm": "ef21"})[0]
+    b = run(shared_dir / "b.h5", {**cfg, "run.algorithm": "ef21-sgdm", "run.momentum": 0.9})[0]
+    assert a.attrs["gamma"] == b.attrs["gamma"]
+    ef21, sgdm = a.series["suboptimality"][-10:].mean(), b.series["suboptimality"][-10:].mean()
+    if comm.rank == 0:
+        print(f"\nbatch 1: EF21 f − f* = {ef21:.2e}, EF21-SGDM (η = 0.1) {sgdm:.2e}")
+    assert sgdm <= ef21 / 3, (ef21, sgdm)
