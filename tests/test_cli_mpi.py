@@ -123,7 +123,7 @@ BAD = [
     (["--set", "run.collective=allreduce", "--set", "run.compressor=identity", "--set", "run.algorithm=diana+"],
      "cannot run under run.collective = 'allreduce'"),
     (["--set", "run.compressor=powersgd", "--set", "run.collective=allreduce"],
-     "is biased. Algorithms that take biased compressors: diloco, ef, ef21, ef21-sgdm, local-sgd"),
+     "is biased. Algorithms that take biased compressors: "),
     (["--set", "run.compressor=powersgd", "--set", "run.algorithm=local-sgd", "--set", "run.collective=allreduce",
       "--set", "run.error_feedback=true"], "has only the vector x"),
     (["--set", "run.compressor=powersgd:rank=11", "--set", "run.algorithm=local-sgd", "--set", "problem.kind=softmax",
@@ -139,8 +139,7 @@ BAD = [
     (["--set", "problem.kind=mlp", "--set", "data.dataset=digits"], "run.learning_rate is required for 'dcgd'"),
     (["--set", "run.step_rule=fastest"], "unknown run.step_rule 'fastest' for algorithm 'dcgd'; available: auto, "),
     (["--set", "run.algorithm=dcgd", "--set", "run.compressor=topk:k=3"],
-     "dcgd needs an unbiased compressor; topk:k=3 is biased. Algorithms that take biased compressors: diloco, ef, "
-     "ef21, ef21-sgdm, local-sgd"),
+     "dcgd needs an unbiased compressor; topk:k=3 is biased. Algorithms that take biased compressors: "),
     (["--set", "run.algorithm=ef21", "--set", "run.compressor=sign"],
      "ef21 cannot use sign: its step and its recursion need the contraction δ"),
     (["--set", "run.algorithm=ef", "--set", "run.compressor=topk:k=3", "--set", "problem.kind=mlp",

@@ -203,8 +203,7 @@ def refusals(**run):
 
 @pytest.mark.parametrize("run,needle", [
     ({"algorithm": "dasha", "compressor": "topk:k=3"},
-     "dasha needs an unbiased compressor; topk:k=3 is biased. Algorithms that take biased compressors: ef, ef21, "
-     "ef21-sgdm, local-sgd"),
+     "dasha needs an unbiased compressor; topk:k=3 is biased. Algorithms that take biased compressors: "),
     ({"algorithm": "dasha", "compressor": "randk:k=3", "batch": 8},
      "dasha (run.dasha_variant = 'full') uses full local gradients: set run.batch = 0"),
     ({"algorithm": "dasha", "compressor": "randk:k=3", "dasha_variant": "page"},
