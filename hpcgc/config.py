@@ -116,6 +116,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "outer_learning_rate": Key(_NUM, 0.7, "diloco's outer (Nesterov) step size on the averaged pseudo-gradient",
                                    check=(_positive, "> 0")),
         "outer_momentum": Key(_NUM, 0.9, "diloco's outer Nesterov momentum μ in [0, 1) (0 = plain outer SGD)"),
+        "dgc_clip": Key(_NUM, 0.0, "dgc: local gradient clipping, the global norm threshold c; each worker clips "
+                        "its gradient to norm c/sqrt(n) (Lin et al. 2018; 0 = off)", check=(_nonneg, ">= 0")),
+        "dgc_warmup": Key(int, 0, "dgc: iterations of the sparsity warm-up, four equal stages keeping 1/4, 1/16, "
+                          "1/64, 1/256 of the coordinates (at least k) before top-k (Lin et al. 2018; 0 = off)",
+                          check=(_nonneg, ">= 0")),
         "error_feedback": Key(bool, False, "error feedback: compress residual + update, keep the rest (local-sgd, diloco)"),
         "probability": Key((str, *_NUM), "theory", "the shared coin's p: VR-DIANA reference refresh (theory: b/m), "
                             "ADIANA w-update (its theorem), MARINA dense round (1/(1+ω)); in (0, 1]"),

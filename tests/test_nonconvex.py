@@ -261,8 +261,8 @@ def test_an_algorithm_opts_in_with_the_flag(monkeypatch):
     monkeypatch.setitem(REGISTRY, "opted", (Opted, "test"))
     r = {"algorithm": "plain", "step_rule": "auto", "learning_rate": 0.0}
     assert Plain.check_problem("logreg", r) is None
-    assert ("Algorithms that run on it: dasha, dcgd, diana, diloco, ef, ef21, ef21-sgdm, local-sgd, marina, opted, "
-            "vr-diana") in Plain.check_problem("mlp", r)
+    assert ("Algorithms that run on it: dasha, dcgd, dgc, diana, diloco, ef, ef21, ef21-sgdm, local-sgd, marina, "
+            "opted, signsgd-mv, vr-diana") in Plain.check_problem("mlp", r)
     r = {**r, "algorithm": "opted"}
     assert Opted.check_problem("logreg", r) is None and Opted.resolve_step_rule("ridge") == "mine"
     assert "run.learning_rate is required" in Opted.check_problem("softmax", r)

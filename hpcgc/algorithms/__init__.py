@@ -5,6 +5,7 @@ from ..errors import ConfigError
 from .adiana import Adiana
 from .adiana_plus import AdianaPlus
 from .dasha import Dasha
+from .dgc import DGC
 from .diana import Dcgd, Diana
 from .diloco import DiLoCo
 from .ef import EF
@@ -12,6 +13,7 @@ from .ef21 import EF21
 from .ef21_sgdm import EF21SGDM
 from .local_sgd import LocalSGD
 from .marina import Marina
+from .signsgd_mv import SignSgdMV
 from .smoothness import DcgdPlus, DianaPlus
 from .vr_diana import VrDiana
 
@@ -30,6 +32,8 @@ REGISTRY = {
     "ef21-sgdm": (EF21SGDM, "EF21-SGDM: EF21 on a momentum of stochastic gradients, η = 1 − run.momentum (Fatkhullin, Tyurin, Richtárik 2023)"),
     "dasha": (Dasha, "DASHA: MARINA without dense rounds, momentum a = 1/(2ω+1); run.dasha_variant full | page | mvr (Tyurin, Richtárik 2023)"),
     "diana+": (DianaPlus, "DIANA+: DIANA with smoothness-aware compression S_i Q(S_i^- .) (Wang, Safaryan, Richtárik 2022)"),
+    "dgc": (DGC, "DGC: top-k with momentum correction, factor masking, local clipping, sparsity warm-up (Lin et al. 2018)"),
+    "signsgd-mv": (SignSgdMV, "signSGD / Signum with majority vote: 1 bit per coordinate each way (Bernstein et al. 2019)"),
 }
 
 

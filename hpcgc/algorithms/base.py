@@ -167,6 +167,14 @@ class Algorithm:
         ``worker_message(state)[a:b]`` is final (one layer). Same operations, same bits."""
         raise NotImplementedError(f"{self.name} cannot overlap its exchange with the backward pass")
 
+    def step_downlink(self):
+        """Under ``gather`` with ``run.downlink = 'dense'``: (compressor C, scale s) when the server step
+        is x ← x + s·C(u) for a message u that ``down_message(ss)`` returns, with C(u) = u exactly — the
+        exchange then broadcasts C(u) instead of the float64 iterate and every rank applies it, so the
+        workers' x is the server's bit for bit (signSGD with majority vote: the 1-bit vote, s = γ).
+        Default: None (the iterate is broadcast)."""
+        return None
+
     def down_extra(self, ss) -> np.ndarray | None:
         """Under ``gather``, right after the iterate's Bcast, every rank: an array that one more Bcast
         from rank 0 fills this iteration (rank 0 passes the server's, ``ss`` not None; a worker rank its

@@ -13,6 +13,12 @@ One bit per entry cannot say "zero": sign(0) is sent as +1 (bit 0), for both. Th
 uses |sign(x_j)| = 1 for every j, so it holds with zeros too. Bit j of the stream is 1 iff
 x_j < 0 (LSB-first, 8 entries per byte; −0.0 counts as +).
 
+Under ``allreduce`` (``sign`` only: :class:`SignSum`) the message is the vector of ±1 in the
+smallest integer type whose SUM over the n workers cannot wrap — int8 for n ≤ 127, int16 for
+n ≤ 32 767, else int32 (:func:`vote_dtype`) —, so MPI's integer SUM is the exact vote count
+Σ_i sign(x_i) of signSGD with majority vote (Bernstein, Zhao, Azizzadenesheli, Anandkumar,
+ICLR 2019): 1 model bit per entry, 8 wire bits (int8) — MPI cannot sum packed bits.
+
 Wire format (after the 8-byte header): ``scaled-sign`` first sends the scale ‖x‖₁/d (float32,
 round to nearest, or float64 with ``fp64=true``; ‖x‖₁ is summed in float64); then ⌈d/8⌉ bytes of
 sign bits, unused high bits of the last byte zero.
@@ -22,10 +28,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..errors import PayloadError
-from .base import FP64_PARAM, Compressor, DecodeInto
+from ..errors import ConfigError, PayloadError
+from .base import FP64_PARAM, Compressor, DecodeInto, draw_seed
 from .kernels import wire
 from .kernels.wire import le_word
+from .summable import SumCodec
 
 
 @njit(cache=True)
@@ -103,14 +110,64 @@ def sign_keys(x: np.ndarray):
             0x7FF0000000000000)
 
 
+def vote_dtype(n_workers: int):
+    """The integer type of an Allreduce of n votes ±1 that cannot wrap: int8 (n ≤ 127), int16, int32."""
+    for t in (np.int8, np.int16, np.int32):
+        if n_workers <= np.iinfo(t).max:
+            return t
+    raise ConfigError(f"sign: {n_workers} workers exceed an int32 vote count")
+
+
+class SignSum(SumCodec):
+    """``sign`` under Allreduce: ±1 per entry (sign(0) = +1, −0.0 counts as +) in ``vote_dtype(n)``,
+    summed exactly by MPI's integer SUM; decodes the vote count Σ_i sign(x_i) (times ``scale``).
+    Unweighted: every worker has one vote (a weight other than 1 is refused)."""
+
+    def __init__(self, d: int, dtype):
+        self.d, self.dtype = d, dtype
+        self._v = np.empty(d, dtype=dtype)
+
+    def lengths(self):
+        return (self.d,)
+
+    def begin(self, x, weight, rng):
+        draw_seed(rng)                                  # keep the stream aligned with compress()
+        if weight != 1.0:
+            raise ConfigError("sign under Allreduce sums unweighted votes: the workers' aggregation weights must "
+                              "be equal")
+        keys, neg0, mask, expmask = sign_keys(x)
+        if int((keys & mask).max(initial=0)) >= expmask:
+            raise ValueError("sign: input contains a non-finite value")
+        np.subtract(1, 2 * (keys > neg0), out=self._v, casting="unsafe")
+        return self._v
+
+    def decode_add(self, total, out, scale=1.0):
+        out += scale * total.astype(np.float64) if scale != 1.0 else total
+
+    def own_add(self, out, weight):
+        out += weight * self._v.astype(np.float64)
+
+    def model_bits(self):
+        return float(self.d)
+
+
 class Sign(DecodeInto, Compressor):
     """signSGD: sign(x), 1 bit per entry (sign(0) = +1); biased, not contractive."""
-    collectives = ("gather", "allgather", "reduce-scatter")
+    collectives = ("gather", "allreduce", "allgather", "reduce-scatter")
     segment_wise = True
+    n_workers = 1                  # set by for_run: the vote type under Allreduce
+
+    def for_run(self, *, d: int, n_workers: int) -> Sign:
+        c = type(self)(**self._params)
+        c.n_workers = n_workers
+        return c
+
+    def sum_codec(self, d: int, shape=None):
+        return SignSum(d, vote_dtype(self.n_workers))
 
     name = "sign"
     description = ("sign(x), 1 bit per entry, sign(0) = +1 (signSGD, Bernstein et al. 2018; biased, "
-                   "no delta); bits d")
+                   "no delta); bits d; under allreduce a vote count in int8 (n <= 127)")
     PARAMS = ()
     FORMAT_ID = 7
     BITS_BY_LENGTH = True          # model bits: a function of d and the payload's length
@@ -161,6 +218,10 @@ class ScaledSign(Sign):
     """Scaled sign (‖x‖₁/d)·sign(x) (Karimireddy et al. 2019); biased, δ = 1/d, δ(x) = ‖x‖₁²/(d‖x‖²)."""
 
     name = "scaled-sign"
+    collectives = ("gather", "allgather", "reduce-scatter")     # its scale differs by worker: no sum
+
+    def sum_codec(self, d: int, shape=None):
+        return Compressor.sum_codec(self, d, shape)
     description = ("scaled sign (||x||_1/d)*sign(x) (EF-SignSGD, Karimireddy et al. 2019; biased, "
                    "delta = 1/d, delta(x) = ||x||_1^2/(d ||x||_2^2)); bits F + d")
     PARAMS = (FP64_PARAM,)

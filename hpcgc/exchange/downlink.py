@@ -93,6 +93,7 @@ class Downlink:
     scale: float            # 1 (contractive as it is) or 1/(1 + ω) (unbiased, the paper's reduction)
     delta: float            # contraction α of scale·C (the paper's α of C_P ∈ B(α))
     lossless: bool          # identity:fp64=true: w = x exactly
+    direct: bool = False    # the algorithm's own step message C(u), not C(x − w) (Algorithm.step_downlink)
 
     @property
     def spec(self) -> str:
@@ -100,6 +101,12 @@ class Downlink:
 
     def describe(self) -> dict:
         return {"downlink": self.spec, "downlink_scale": self.scale, "downlink_delta": self.delta}
+
+
+def direct(comp, scale: float) -> Downlink:
+    """The downlink of an algorithm whose step every rank applies from a broadcast message
+    (:meth:`hpcgc.algorithms.base.Algorithm.step_downlink`): w += scale·C(u), with u the algorithm's."""
+    return Downlink(comp=comp, scale=float(scale), delta=float("nan"), lossless=False, direct=True)
 
 
 def build(spec: str, *, d: int, n_workers: int) -> Downlink | None:

@@ -10,7 +10,9 @@
                header (payload length, control word)
     comm_down  Bcast of the new iterate (float64), and of the algorithm's extra vector when it sends one
                (``Algorithm.down_extra``: ADIANA's w at the iterations where it moves); compressed downlink (``run.downlink``, EF21-P,
-               :mod:`.downlink`): Bcast of the payload and every rank's decoding of it into w
+               :mod:`.downlink`): Bcast of the payload and every rank's decoding of it into w;
+               the same path carries an algorithm's own step message (``Algorithm.step_downlink``:
+               signSGD-MV's 1-bit vote, applied by every rank)
 
 With ``run.wait_phases = false`` the wait phases are 0 and the same time is in ``comm_*``; the
 dense iterate and control word then travel in one Bcast (8(d + 1) bytes either way).
@@ -109,7 +111,7 @@ class Gather(Exchange):
         payload, control = None, CONTINUE
         if got is not None:
             self.server_x = self.alg.server_step(ss, self._messages(got))
-            payload = self._compress_down(self.server_x)
+            payload = self._compress_down(self.server_x, ss)
             t3 = wtime()
             self.down_payload = EMPTY if payload is None else payload
             control = self._stepped()
@@ -129,13 +131,15 @@ class Gather(Exchange):
             t5 = t4
         return (0.0, *self._late_sender(t0, t1, t2), t3 - t2, t5 - t4, t6 - t5)
 
-    def _compress_down(self, xs):
-        """Rank 0: the downlink payload C(x^{k+1} − w^k) (lossless: x^{k+1} itself); None when the
-        iterate diverged (non-finite, or too large for the compressor's wire format)."""
+    def _compress_down(self, xs, ss):
+        """Rank 0: the downlink payload C(x^{k+1} − w^k) (lossless: x^{k+1} itself; ``direct``: the
+        algorithm's step message, ``Algorithm.step_downlink``); None when the iterate diverged
+        (non-finite, or too large for the compressor's wire format)."""
         if exploded(xs):
             return None
         dl = self.downlink
-        src = xs if dl.lossless else np.subtract(xs, self.x, out=self.diff)
+        src = (self.alg.down_message(ss) if dl.direct else
+               xs if dl.lossless else np.subtract(xs, self.x, out=self.diff))
         try:
             return dl.comp.compress(src, self.down_rng)
         except ValueError:

@@ -133,6 +133,9 @@ class Run:
         self.shared = any(c.shared_randomness for c in self.comps)
         self.grad0 = None               # rank 0: ‖∇f(x⁰)‖² on problems without f* (the tolerance's reference)
         self.downlink = downlink.build(self.r["downlink"], d=s.d, n_workers=s.n_workers)
+        own = self.alg.step_downlink() if self.r["collective"] == "gather" else None
+        if self.downlink is None and own is not None:        # signSGD-MV: the 1-bit vote, not the iterate
+            self.downlink = downlink.direct(*own)
         self.down_rng = np.random.default_rng(np.random.SeedSequence(self.r["seed"], spawn_key=(DOWNLINK_STREAM,)))
 
     def _encode_rng(self):

@@ -40,7 +40,7 @@ _REDUCTIONS: dict = {}
 def reduction(op: str, wire: str):
     """(MPI datatype, MPI operation) of an Allreduce of ``op`` ("sum" or "max") in wire type
     ``wire`` (float32, float64, float16 — MPICH's native SUM —, bfloat16 and float16-user — a
-    user-defined SUM on uint16 words —, int8), made once per process; UserError naming what is missing when
+    user-defined SUM on uint16 words —, int8, int16, int32), made once per process; UserError naming what is missing when
     this MPI has no such reduction (e.g. a null ``MPI.FLOAT16_T``, or no user-defined operation)."""
     got = _REDUCTIONS.get((op, wire))
     if got is None:
@@ -58,7 +58,7 @@ def _make_reduction(op: str, wire: str):
             raise UserError(f"a {wire} Allreduce needs a user-defined MPI operation (MPI.BFLOAT16_T is null in "
                             f"{library_version()}); creating it failed: {exc}") from None
     types = {"float32": MPI.FLOAT, "float64": MPI.DOUBLE, "float16": getattr(MPI, "FLOAT16_T", MPI.DATATYPE_NULL),
-             "int8": MPI.INT8_T}
+             "int8": MPI.INT8_T, "int16": MPI.INT16_T, "int32": MPI.INT32_T}
     dt = types.get(wire, MPI.DATATYPE_NULL)
     if dt == MPI.DATATYPE_NULL:
         raise UserError(f"this MPI ({library_version()}) has no {wire} datatype to reduce "
