@@ -141,7 +141,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "max_seconds": Key(_NUM, 0.0, "stop a run after this many seconds of wall time (0 = no limit)", check=(_nonneg, ">= 0")),
         "collective": Key(str, "gather", "how messages travel: 'gather' (parameter server: Gatherv to rank 0, "
                           "Bcast of the iterate), 'allreduce' (summable messages: identity, identity:fp16, "
-                          "identity:bf16, int8, randk shared_seed, powersgd; no server), 'allgather' (every rank "
+                          "identity:bf16, int8, sign (signsgd-mv's vote), randk shared_seed, powersgd; no server), 'allgather' (every rank "
                           "decodes every payload; no server), "
                           "'reduce-scatter' (compressed Allreduce: Alltoallv of compressed segments, decode and "
                           "sum, re-compress, Allgatherv; no server; segment-wise compressors)",

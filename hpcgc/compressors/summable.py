@@ -9,6 +9,8 @@ same sum. This works only for compressors that are linear once their randomness 
   bfloat16 by a user-defined operation on 16-bit words, :mod:`hpcgc.transport`);
 * ``int8`` — two rounds: an Allreduce (MAX) of one float32 scale s, then an Allreduce (SUM) of
   int8 values, each rank's in [−⌊127/n⌋, ⌊127/n⌋] so that the int8 sum is exact;
+* ``sign`` — ±1 per entry in int8 (int16 / int32 beyond 127 / 32 767 workers), summed exactly by
+  MPI's integer SUM: the vote count of signSGD with majority vote (:class:`.sign.SignSum`);
 * ``randk:k=K,shared_seed=true`` — the k values at the coordinates drawn from the iteration's
   shared seed, identical on every worker, so Σ_i w_i C(x_i) = (d/k)·Σ_i w_i x_i[S];
 * ``powersgd`` — rank-r factors: round 1 sums P_i = M_i Q, every rank orthogonalizes the sum P̂,

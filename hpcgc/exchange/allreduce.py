@@ -10,9 +10,10 @@
 Only messages that add up ride it (:mod:`hpcgc.compressors.summable`): ``identity`` — the
 uncompressed baseline a user would otherwise run (float32, or float64 with ``fp64=true``) — and
 its 16-bit casts ``identity:fp16`` / ``identity:bf16`` (summed in the 16-bit type), ``int8``
-(one float32 MAX of the shared scale, then an int8 SUM), ``randk:k=K,shared_seed=true`` and
-``powersgd``. A cast whose sum overflows (Inf in the decoded sum, the same on every rank) ends the
-run with status ``overflow``. Each worker applies its aggregation weight w_i
+(one float32 MAX of the shared scale, then an int8 SUM), ``sign`` (the majority vote of
+``signsgd-mv``: an int8 SUM of ±1), ``randk:k=K,shared_seed=true`` and ``powersgd``. A cast
+whose sum overflows (Inf in the decoded sum, the same on every rank) ends the run with status
+``overflow``. Each worker applies its aggregation weight w_i
 before the sum (with equal weights: none; the sum is scaled by w once), so every rank decodes
 Σ_i w_i C(v_i) — the same aggregate a parameter server forms, to float rounding.
 

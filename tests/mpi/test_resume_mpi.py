@@ -2,7 +2,8 @@
 signals itself during an iteration between evaluation points) and resumed with --resume equals the
 uninterrupted run bit for bit — every non-timing dataset, row for row: iterates, bits, the MPI byte
 ledger — for every kind of state (DIANA's shifts and momentum, EF's memory e_i, EF21's g_i and
-server g, local copies, PowerSGD's Q, reduce-scatter's owner-side aggregate state); a checkpoint that is not typed state fitting the run (a
+server g, DGC's velocities and warm-up stage, Signum's v_i, local copies, PowerSGD's Q,
+reduce-scatter's owner-side aggregate state); a checkpoint that is not typed state fitting the run (a
 hostile pickle, other shapes) is refused before anything runs."""
 from __future__ import annotations
 
@@ -36,6 +37,13 @@ CASES = {
                              "run.collective": "reduce-scatter"},          # the owners' D (checkpointed)
     "ef21-topk-reduce-scatter": {"run.algorithm": "ef21", "run.compressor": "topk:k=8",
                                  "run.collective": "reduce-scatter"},
+    "dgc-warmup-momentum": {"run.algorithm": "dgc", "run.compressor": "topk:k=3", "run.momentum": 0.9,
+                            "run.step_multiplier": 0.1, "run.dgc_clip": 1.0, "run.dgc_warmup": 1200,
+                            "run.batch": 40},            # u_i, v_i and the warm-up stage's counters
+    "signum-mv-gather": {"run.algorithm": "signsgd-mv", "run.compressor": "sign", "run.learning_rate": 0.001,
+                         "run.momentum": 0.9, "run.batch": 40},       # v_i; the 1-bit downlink
+    "signsgd-mv-allreduce": {"run.algorithm": "signsgd-mv", "run.compressor": "sign", "run.learning_rate": 0.001,
+                             "run.collective": "allreduce", "run.batch": 40},
     "diana+-dense": {"run.algorithm": "diana+", "run.compressor": "quant+:p=inf", "run.batch": 30},
     "local-sgd-topk-ef": {"data.dataset": "digits", "problem.kind": "softmax", "run.algorithm": "local-sgd",
                           "run.compressor": "topk:k=20", "run.error_feedback": True, "run.batch": 16,
