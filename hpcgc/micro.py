@@ -163,6 +163,48 @@ def machine_info() -> str:
     return f"{platform.node()} ({cpu}, {os.cpu_count()} cpus, {platform.system()} {platform.release()})"
 
 
+_ISAS = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("sse4.2", "SSE4.2"))
+
+
+def vector_isa(features: str) -> str:
+    """The widest x86 vector instruction set an LLVM feature string (``+avx2,-avx512f,...``)
+    enables: AVX-512, AVX2, AVX, SSE4.2, or SSE2 (the x86-64 base)."""
+    on = {f[1:] for f in features.split(",") if f.startswith("+")}
+    return next((name for feat, name in _ISAS if feat in on), "SSE2")
+
+
+def kernel_target() -> dict:
+    """What numba compiles the kernels for (its JIT target machine, ``numba.core.codegen``): the
+    CPU name — ``NUMBA_CPU_NAME`` if set, else llvmlite's ``get_host_cpu_name()`` — and the feature
+    list — ``NUMBA_CPU_FEATURES`` if set, else ``get_host_cpu_features()`` (``NUMBA_CPU_NAME``
+    alone changes the tuning, not the instructions: the host's features still apply; an empty one
+    leaves the CPU name's defaults); the vector instruction set those features enable; and the
+    host's own CPU name and instruction set."""
+    import llvmlite.binding as ll
+    from numba import config
+    host_name = ll.get_host_cpu_name()
+    try:
+        host_features = ll.get_host_cpu_features().flatten()
+    except RuntimeError:                    # llvmlite cannot read them on this platform
+        host_features = ""
+    name = config.CPU_NAME or host_name
+    features = config.CPU_FEATURES if config.CPU_FEATURES is not None else host_features
+    # an empty feature list leaves the CPU name's own defaults (LLVM's), which llvmlite does not list
+    isa = vector_isa(features) if "+" in features else f"{name}'s default features"
+    return {"cpu": name, "isa": isa,
+            "cpu_source": "NUMBA_CPU_NAME" if config.CPU_NAME else "host",
+            "features_source": "NUMBA_CPU_FEATURES" if config.CPU_FEATURES is not None else "host",
+            "host_cpu": host_name, "host_isa": vector_isa(host_features)}
+
+
+def describe_target(t: dict) -> str:
+    """One header line: the kernels' CPU and instruction set, where they came from, the host's."""
+    how = ("the host's" if t["cpu_source"] == "host" and t["features_source"] == "host"
+           else f"CPU from {t['cpu_source']}, features from {t['features_source']}")
+    return (f"# kernels compiled for: {t['cpu']}, {t['isa']} ({how}; host: {t['host_cpu']}, "
+            f"{t['host_isa']})")
+
+
 def _mpi_rank() -> int:
     for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
         v = os.environ.get(var)
@@ -374,12 +416,15 @@ def main(argv) -> int:
         "budget_s": args.budget, "min_log2": args.min_log2, "max_log2": args.max_log2,
         "statistic": "median over timed runs",
     }
+    target = kernel_target()
+    attrs.update({f"kernel_{k}": v for k, v in target.items()})
     print("# hpcgc compressor micro-benchmark")
     print(f"# hpcgc {__version__} (git {attrs['git_commit'][:10]})  numba {numba.__version__}  "
           f"numpy {np.__version__}  python {platform.python_version()}")
     print(f"# {attrs['created']}  {attrs['machine']}  NUMBA_NUM_THREADS={attrs['numba_num_threads']}")
     print(f"# {attrs['command_line']}")
     print(machine.describe(probe.start))
+    print(describe_target(target))
     print(f"# input: float32 standard normal (seed {args.seed}); time = median of <= {args.repeat} runs "
           f"after {args.warmup} warm-up run(s), <= {args.budget:g} s per measurement")
     print("# GB/s = input bytes (4 d) per second; Me/s = 1e6 entries per second; copy = np.copyto of the "

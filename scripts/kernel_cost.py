@@ -10,6 +10,8 @@ kernels").
     python scripts/kernel_cost.py time 65536 copy norm prng pack:qsgd:s=4 qsgd:s=4
 
 Kinds: ``copy`` (np.copyto), ``norm`` (block ℓ2 norm), ``linf`` (ℓ∞ bits), ``prng`` (uniforms32),
+``prng:hash32`` (a *hypothetical* cheaper stream, not used by any compressor: one keyed 32-bit
+integer hash per entry, see :func:`hash32_fill` — what a change of the random stream would cost),
 ``pack:SPEC`` (the quantize+pack kernel of SPEC alone, fixed scale), or a compressor SPEC (the
 whole ``compress``). Input: float32 standard normal, seed 1.
 """
@@ -22,6 +24,48 @@ import time
 import numpy as np
 
 REP = 3
+
+
+def _hash32_kernel():
+    from llvmlite import ir
+    from numba import njit, types
+    from numba.core.extending import intrinsic
+
+    from hpcgc.compressors.kernels import simd
+
+    i32, v8 = ir.IntType(32), ir.VectorType(ir.IntType(32), 8)
+
+    @intrinsic
+    def hash32_row(typingctx, out, off, ctr, k0, k1):
+        """out[off:off + 8] = h(ctr + t), t = 0..7, in <8 x i32> lanes (vpmulld on AVX2)."""
+        sig = types.void(out, types.int64, types.uint32, types.uint32, types.uint32)
+
+        def codegen(context, builder, sig, args):
+            def splat(v):
+                return simd.splat_sub(builder, v, v8)
+            z = builder.add(splat(args[2]), ir.Constant(v8, [ir.Constant(i32, t) for t in range(8)]))
+            z = builder.xor(z, splat(args[3]))
+            for sh, mul in ((16, 0x7FEB352D), (15, 0x846CA68B)):
+                z = builder.xor(z, builder.lshr(z, simd.splat_i(builder, v8, sh)))
+                z = builder.mul(z, simd.splat_i(builder, v8, mul))
+            z = builder.xor(z, builder.lshr(z, simd.splat_i(builder, v8, 16)))
+            z = builder.xor(z, splat(args[4]))
+            builder.store(z, simd.row_ptr(context, builder, sig.args[0], args[0], args[1], v8), align=4)
+            return context.get_dummy_value()
+        return sig, codegen
+
+    @njit(cache=True)
+    def hash32_fill(seed, start, out):
+        """out[i] = h(start + i) for a keyed 32-bit integer hash h (Wellons' "lowbias32" finaliser:
+        xor-shift/multiply twice, on the counter xor the seed's low word, then xor its high word),
+        8 lanes at a time (m a multiple of 8): counter-based like uniforms32, one 32-bit word per
+        entry, 32-bit multiplies only. A cost probe — a new stream would need its own quality
+        argument and a change of every payload."""
+        k0 = np.uint32(np.uint64(seed) & np.uint64(0xFFFFFFFF))
+        k1 = np.uint32(np.uint64(seed) >> np.uint64(32))
+        for i in range(0, out.shape[0], 8):
+            hash32_row(out, i, np.uint32(start + i), k0, k1)
+    return hash32_fill
 
 
 def build(kind: str, d: int):
@@ -42,12 +86,19 @@ def build(kind: str, d: int):
     if kind == "prng":
         u = np.empty(d, np.uint32)
         return lambda: prng.uniforms32(seed, 0, u)
+    if kind == "prng:hash32":
+        u = np.empty(d, np.uint32)
+        fill = _hash32_kernel()
+        return lambda: fill(seed, 0, u)
     if kind.startswith("pack:"):
         spec = kind[5:]
         c = compressors.make(spec)
         if spec.startswith(("qsgd", "natural-dither")):
+            from hpcgc.compressors.kernels.dither import qsgd_pack
+            from hpcgc.compressors.natural import natural_dither_pack
+            pack = qsgd_pack if spec.startswith("qsgd") else natural_dither_pack
             out = np.empty(8 + c._body_bytes(d)[1], np.uint8)
-            return lambda: c._pack(x, d, sc, c.s, c._width, seed, out, 12)
+            return lambda: pack(x, d, sc, c.s, c._width, seed, out, 12)
         if spec.startswith("natural"):
             from hpcgc.compressors.natural import natural_encode_f32
             out = np.empty(8 + d + (d + 7) // 8, np.uint8)

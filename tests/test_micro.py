@@ -37,6 +37,8 @@ def test_micro_quick(tmp_path):
     assert lines[0].startswith("# hpcgc compressor micro-benchmark")
     assert any("numba" in l and "hpcgc" in l for l in lines[:4])
     assert any(l.startswith("# python -m hpcgc.bench micro") for l in lines[:6])
+    target = micro.kernel_target()                 # same environment as the subprocess
+    assert micro.describe_target(target) in lines[:8]
     heads = [i for i, l in enumerate(lines) if l.split()[:3] == ["d", "comp", "GB/s"]]
     assert len(heads) == len(specs)
     for i in heads:
@@ -50,6 +52,8 @@ def test_micro_quick(tmp_path):
         for key in ("hpcgc_version", "created", "machine", "numba_version", "command_line"):
             assert f.attrs[key]
         assert f.attrs["numba_num_threads"] == 1
+        for key, value in target.items():
+            assert f.attrs["kernel_" + key] == value
         np.testing.assert_array_equal(f["copy/d"][()], [1024, 2048, 4096])
         assert np.all(f["copy/gbps"][()] > 0)
         np.testing.assert_array_equal(f["accumulate/d"][()], [1024, 2048, 4096])
@@ -73,6 +77,29 @@ def test_micro_quick(tmp_path):
         assert np.all(nat["param_measured"][()] <= 0.125) and np.all(nat["param_theory"][()] == 0.125)
         shared = f["compressors"][groups[4]]
         assert np.all(np.isnan(shared["np_compress_s"][()]))                   # no numpy reference
+
+
+def test_vector_isa_and_kernel_target(monkeypatch):
+    """The header names the instruction set numba compiles for: the widest one the feature list
+    enables; NUMBA_CPU_NAME / NUMBA_CPU_FEATURES override the host's (numba.config)."""
+    assert micro.vector_isa("+64bit,+avx,+avx2,+avx512f,+avx512dq") == "AVX-512"
+    assert micro.vector_isa("+avx,+avx2,+fma,-avx512f") == "AVX2"
+    assert micro.vector_isa("+sse4.2,-avx") == "SSE4.2"
+    assert micro.vector_isa("+64bit") == "SSE2"
+    from numba import config
+    monkeypatch.setattr(config, "CPU_NAME", "znver3")
+    monkeypatch.setattr(config, "CPU_FEATURES", "+64bit,+avx,+avx2,+fma,-avx512f")
+    t = micro.kernel_target()
+    assert (t["cpu"], t["isa"], t["cpu_source"], t["features_source"]) == \
+        ("znver3", "AVX2", "NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")
+    assert micro.describe_target(t).startswith("# kernels compiled for: znver3, AVX2 (")
+    monkeypatch.setattr(config, "CPU_FEATURES", "")
+    assert micro.kernel_target()["isa"] == "znver3's default features"
+    monkeypatch.setattr(config, "CPU_NAME", None)
+    monkeypatch.setattr(config, "CPU_FEATURES", None)
+    t = micro.kernel_target()
+    assert t["cpu"] == t["host_cpu"] and t["isa"] == t["host_isa"] and t["cpu_source"] == "host"
+    assert "(the host's; host: " in micro.describe_target(t)
 
 
 def test_timed_with_runs_each_reference_right_before_each_run():
