@@ -6,6 +6,9 @@ kernels").
     valgrind --tool=callgrind --toggle-collect='*call_cfunc*' --callgrind-out-file=/tmp/cg.out \
         python scripts/kernel_cost.py calls 65536 norm prng pack:qsgd:s=4 pack:terngrad
     python scripts/kernel_cost.py parse /tmp/cg.out 65536 norm prng pack:qsgd:s=4 pack:terngrad
+    # the assembly of a pack kernel (the hot row loops: count the instructions of one row by hand);
+    # numba keeps no listing for a kernel loaded from its cache, so compile into a fresh cache dir
+    NUMBA_CACHE_DIR=$(mktemp -d) python scripts/kernel_cost.py asm 4096 pack:qsgd:s=4 > /tmp/qsgd.s
     # minimum wall time per entry over ~2 s of calls (a cycles proxy that survives load)
     python scripts/kernel_cost.py time 65536 copy norm prng pack:qsgd:s=4 qsgd:s=4
 
@@ -131,6 +134,17 @@ def main(argv: list[str]) -> None:
     fns = [build(k, d) for k in kinds]
     for f in fns:
         f()                                          # load or compile
+    if mode == "asm":
+        from hpcgc.compressors import natural, quant
+        from hpcgc.compressors.kernels import dither
+        for k in kinds:
+            spec = k[5:] if k.startswith("pack:") else k
+            fn = (dither.qsgd_pack if spec.startswith("qsgd") else natural.natural_dither_pack
+                  if spec.startswith("natural-dither") else natural.natural_encode_f32
+                  if spec.startswith("natural") else quant.ternary_dither_pack)
+            for sig, asm in fn.inspect_asm().items():
+                print(f"# {k}: {fn.__name__}{sig}\n{asm}")
+        return
     if mode == "calls":
         for i, f in enumerate(fns):
             for _ in range(REP + 4 * i):
