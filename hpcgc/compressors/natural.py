@@ -93,6 +93,27 @@ def _pack_nat_hi(ex, sg, m, fp64, hi, h0):
             hi[h0 + m // 8] = v
 
 
+_PACK8 = np.uint64(0x0102040810204080)
+_S56 = np.uint64(56)
+
+
+@njit(cache=True)
+def _pack_signs8(sg, m, hi, h0):
+    """hi[h0 + g] = the sign bits (LSB-first) of sg[8g:8g + 8], m entries, for sg ∈ {0, 1} (uint8):
+    the bytes' little-endian word w = Σ b_t·2^{8t} times Σ_t 2^{56−7t} puts b_t at bit 56 + t and
+    every cross term b_t·2^{56+8t−7t'} (t ≠ t') outside bits 56…63 at its own position, so no
+    carry reaches the top byte: (w·0x0102040810204080) >> 56 is the packed byte. One load, one
+    multiply and a shift per 8 entries instead of eight shifts and ors (the same bytes as
+    :func:`_pack_nat_hi`)."""
+    for g in range(m // 8):
+        hi[h0 + g] = np.uint8((le_word(sg, 8 * g) * _PACK8) >> _S56)
+    if m % 8:
+        v = np.uint8(0)
+        for t in range(m - m % 8, m):
+            v |= np.uint8(sg[t]) << np.uint8(t - (m - m % 8))
+        hi[h0 + m // 8] = v
+
+
 @njit(cache=True)
 def natural_encode_f32(keys, seed, lo, hi):
     """Fast path of :func:`natural_encode` for float32 input and the float32 format: ``keys`` is x
@@ -119,7 +140,7 @@ def natural_encode_f32(keys, seed, lo, hi):
             eo = np.uint32(a >> np.uint32(23)) + np.uint32(top < (a & np.uint32(0x7FFFFF)))
             lc[q] = np.uint8(eo)
             sg[q] = np.uint8(k >> np.uint32(31)) & np.uint8(eo != 0)
-        _pack_nat_hi(sg, sg, m, False, hi, c0 // 8)
+        _pack_signs8(sg, m, hi, c0 // 8)
     return amax > np.uint32(0x7F000000)
 
 
