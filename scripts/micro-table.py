@@ -38,13 +38,14 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--d", type=int, default=2**24)
     p.add_argument("--name", required=True, help="table name under docs/data/ (no suffix)")
+    p.add_argument("--specs", nargs="+", help="the compressors to show (default: the first file's)")
     p.add_argument("groups", nargs="+", metavar="LABEL=FILE[,FILE...]")
     args = p.parse_args(argv)
     groups = []
     for g in args.groups:
         label, _, files = g.partition("=")
         groups.append((label, [read_round(f, args.d) for f in files.split(",")]))
-    specs = list(groups[0][1][0]["rows"])
+    specs = args.specs or list(groups[0][1][0]["rows"])
     head = ["compressor"]
     for label, rounds in groups:
         head += [f"{label}: comp/copy per round", f"{label}: median", f"{label}: paired copy GB/s"]
@@ -82,6 +83,7 @@ def main(argv: list[str]) -> int:
         "command": ("python -m hpcgc.bench micro -c <specs> --min-log2 24 --max-log2 24 --no-numpy --draws 1 "
                     "--repeat 7 (AVX2 code: after `source scripts/avx2-env.sh`), rounds interleaved; then "
                     f"python scripts/micro-table.py --d {args.d} --name {args.name} "
+                    + ("--specs " + " ".join(args.specs) + " -- " if args.specs else "")
                     + " ".join(shlex.quote(g) for g in args.groups)),
         "note": "comp/copy = median over the runs of (paired copy time / compress time); under load the "
                 "paired copy itself varies, see the copy column",
