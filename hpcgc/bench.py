@@ -44,7 +44,10 @@ and broadcasts the new iterate. With "allreduce" the messages are summed by MPI_
 (identity = the uncompressed baseline, randk shared_seed, powersgd), with "allgather" every
 rank receives every payload, and with "reduce-scatter" (a compressed Allreduce) each rank receives,
 sums and re-compresses one segment, then Allgatherv's it; then every rank takes the same step and
-there is no server. Results (loss,
+there is no server. With run.topology = "hierarchical" the ranks of a node sum their gradients
+uncompressed onto the node's leader (MPI_Reduce in shared memory), only the leaders run the
+collective with the compressor, and each leader broadcasts the iterate in its node (the workers are
+the nodes; HPCGC_TEST_RANKS_PER_NODE=k is a test-only node assignment by rank // k). Results (loss,
 f - f*, bits per worker in two ledgers - model bits and wire bytes - and per-rank phase times)
 go to one HDF5 file written by rank 0."""
 
@@ -216,6 +219,10 @@ def cmd_run(args, argv, validate_only=False) -> int:
     problems += [p for p in check(cfg, None if validate_only else out) if p not in problems]
     if not (args.floor_seconds > 0 and math.isfinite(args.floor_seconds)):
         problems.append(f"--floor-seconds must be > 0, got {args.floor_seconds}")
+    if (args.floor or args.command == "floor") and any(rc["run"]["topology"] == "hierarchical"
+                                                       for rc in config.expand(cfg)):
+        problems.append("--floor times the flat collectives; it does not model run.topology = 'hierarchical' "
+                        "(its two levels): measure the floor of the flat runs")
     if problems:
         raise ConfigError("\n".join(problems))
     t = Transport()

@@ -146,6 +146,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
                           "'reduce-scatter' (compressed Allreduce: Alltoallv of compressed segments, decode and "
                           "sum, re-compress, Allgatherv; no server; segment-wise compressors)",
                           choices=("gather", "allreduce", "allgather", "reduce-scatter")),
+        "topology": Key(str, "flat", "'flat': every rank is a worker of the collective; 'hierarchical': the ranks "
+                        "of a node (shared memory) sum their gradients uncompressed onto the node's leader "
+                        "(MPI_Reduce), the leaders run run.collective with run.compressor among themselves, "
+                        "each leader broadcasts the iterate in its node — the workers are the nodes "
+                        "(dcgd, diana, ef, ef21; full gradients; docs/collectives.md, Hierarchical)",
+                        choices=("flat", "hierarchical")),
         "downlink": Key(str, "dense", "the server's broadcast: 'dense' (the float64 iterate) or a compressor spec "
                         "(EF21-P: C(x − w) is sent, workers evaluate at w; gather with dcgd, diana)"),
         "checkpoint_every": Key((int, str), "600s", "save the run's whole state every this many iterations, or "

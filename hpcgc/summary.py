@@ -40,11 +40,15 @@ def summary_table(summaries) -> str:
     floor = any(math.isfinite(s.floor_ratio) for s in summaries)
     if floor:
         head += " " + floor_head("/floor")
+    head += f" {'inter(MB)':>10} {'intra(MB)':>10}"
     lines = ["# per-iteration times: mean over iterations and ranks; MB up: bytes that crossed the network "
              "(every rank's under allreduce/allgather, all but rank 0's under gather); wait_*: waiting for "
              "other ranks (late senders) before a transfer, comm_*: the collective, other: hpcgc's bookkeeping, iter: wall-clock, "
              "comm_hidden: run.overlap's communication in flight during grad, not in iter's sum "
              "(docs/results.md, Phases)",
+             "# inter(MB): bytes all ranks handed to the run's collectives (uplink and downlink; under run.topology = "
+             "'hierarchical' the node leaders' collectives between nodes); intra(MB): bytes sent inside the nodes "
+             "(hierarchical: the node's Reduce and Bcast; 0 when flat)",
              "# f - f*: the final suboptimality; on problems without f* (nonconvex) the final "
              "|grad f|^2 / |grad f(x0)|^2, marked g",
              head, "-" * len(head)]
@@ -52,7 +56,8 @@ def summary_table(summaries) -> str:
         lines.append(f"{run_columns(s)} {s.status:<10} {s.iterations:>6} "
                      f"{_measure(s):>10} {s.mb_up:>9.4f} {s.wire_over_model:>10.3f} "
                      + " ".join(f"{s.phase_ms.get(c, math.nan):>12.4f}" for c in cols)
-                     + (" " + floor_columns(s) if floor else ""))
+                     + (" " + floor_columns(s) if floor else "")
+                     + f" {getattr(s, 'mb_inter', math.nan):>10.4f} {getattr(s, 'mb_intra', math.nan):>10.4f}")
     if floor:
         lines.append("# median: hpcgc's median iteration (over ranks and iterations); floor: the same collectives with "
                      "the same message sizes and nothing else (python -m hpcgc.bench floor, docs/performance.md)")

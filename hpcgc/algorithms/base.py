@@ -152,6 +152,13 @@ class Algorithm:
     kernels: tuple = ()
     """Warm-up functions of the numba kernels the algorithm's steps call (e.g.
     :func:`hpcgc.algorithms.kernels.warm`), run before the timed loop (``warm_jit``)."""
+    two_level = False
+    """True when a node can stand in for a worker (``run.topology = "hierarchical"``,
+    :mod:`hpcgc.run.nodes`): ``worker_compute`` evaluates exactly one gradient of its ``problem``, at
+    the iterate it is given, and reads nothing else of it but ``smoothness()`` — so the node's
+    ranks can sum their shards' gradients into it (DCGD, DIANA, EF, EF21). Not: methods that
+    evaluate at other points or several times (VR-DIANA, ADIANA, MARINA), take local steps (local
+    SGD) or ship smoothness matrices of their shard (DCGD+/DIANA+)."""
     downlink_ok = False
     """True for methods whose workers only read the broadcast model, so that the parameter server can
     compress its broadcast with EF21-P (``run.downlink``, :mod:`hpcgc.exchange.downlink`): the

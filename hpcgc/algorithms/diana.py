@@ -131,6 +131,7 @@ class Diana(Algorithm):
     name = "diana"
     learns_shifts = True
     needs_unbiased = True
+    two_level = True                   # one gradient at x per iteration: a node can be the worker
     downlink_ok = True
     """Takes a compressed downlink (``run.downlink``, EF21-P + DIANA / + DCGD, Gruntkowska et al.
     2023, Algs. 2–3): the workers evaluate at the broadcast w, the server step is unchanged."""

@@ -117,6 +117,7 @@ class ErrorFeedback(Algorithm):
 
     takes_biased = True
     nonconvex_ok = True
+    two_level = True          # one gradient at x per iteration (and L_i): a node can be the worker
     step_rules = EF_STEP_RULES
     auto_rules = EF_AUTO_RULES
     needs_delta = False

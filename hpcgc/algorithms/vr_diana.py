@@ -94,6 +94,7 @@ class VrDiana(Diana):
     """VR-DIANA (L-SVRG flavour): DIANA's messages and server, variance-reduced worker gradients."""
 
     name = "vr-diana"
+    two_level = False                  # its reference-point gradients: not one gradient at x per iteration
     nonconvex_ok = True
     overlaps = False            # its gradient is a variance-reduced combination, not one backward pass
     step_rules = {"vr-strongly-convex": STRONGLY_CONVEX, "horvath-thm4": SMOOTH, LEARNING_RATE: NO_CONSTANT}

@@ -259,6 +259,16 @@ def wire_bytes_up(run) -> np.ndarray:
     return c.up_bytes
 
 
+def node_bytes(run) -> tuple[float, float]:
+    """(inter-node, intra-node) bytes sent by all ranks by the run's last row: ``node_bytes/`` under
+    run.topology = "hierarchical"; a flat run's every byte of the per-collective ledger is inter-node."""
+    nb = getattr(run, "node_bytes", None) or {}
+    if nb:
+        return float(np.asarray(nb["inter_sent"])[-1].sum()), float(np.asarray(nb["intra_sent"])[-1].sum())
+    sent = [np.asarray(v, dtype=float)[-1].sum() for v in (getattr(run, "mpi_bytes", None) or {}).values() if len(v)]
+    return (float(sum(sent)) if sent else float("nan")), 0.0
+
+
 def wall(run) -> np.ndarray:
     """Cumulative wall-clock of the iteration loop on rank 0 (evaluation excluded), per row."""
     t = run.time.get("iter")
@@ -287,7 +297,8 @@ def run_metrics(ri: RunInfo, eps: float, metric: str, summary=None) -> dict:
         "algorithm": ri.flat.get("run.algorithm", r.attrs.get("algorithm", "")),
         "compressor": ri.flat.get("run.compressor", r.attrs.get("compressor", "")),
         "seed": r.attrs.get("seed", ri.flat.get("run.seed", "")), "repeat": int(r.attrs.get("repeat", 0)),
-        "ranks": ri.ranks, "status": ri.status, "stop_reason": r.attrs.get("stop_reason", ""),
+        "ranks": ri.ranks, "topology": r.attrs.get("topology", "flat"), "status": ri.status,
+        "stop_reason": r.attrs.get("stop_reason", ""),
         "iterations": int(it[-1]),
         "final_suboptimality": last_finite(_col(r, "suboptimality")),
         "final_dist_to_opt": last_finite(_col(r, "dist_to_opt")),
@@ -298,6 +309,7 @@ def run_metrics(ri: RunInfo, eps: float, metric: str, summary=None) -> dict:
         "bits_to_eps": float(bits[t]) if t is not None else float("nan"),
         "iterations_to_eps": int(it[t]) if t is not None else float("nan"),
         "time_to_eps_s": float(wc[t]) if t is not None else float("nan"),
+        "inter_node_bytes": node_bytes(r)[0], "intra_node_bytes": node_bytes(r)[1],
     }
     if summary is not None:
         assert summary["run_id"] == r.run_id
@@ -307,14 +319,15 @@ def run_metrics(ri: RunInfo, eps: float, metric: str, summary=None) -> dict:
     return row
 
 
-RUN_COLUMNS = ("file", "run_id", "method", "algorithm", "compressor", "seed", "repeat", "ranks", "status",
+RUN_COLUMNS = ("file", "run_id", "method", "algorithm", "compressor", "seed", "repeat", "ranks", "topology", "status",
                "stop_reason",
                "iterations", "final_suboptimality", "final_dist_to_opt", "final_accuracy",
-               "model_bits_per_worker", "wire_bytes_up", "time_s", "bits_to_eps", "iterations_to_eps",
-               "time_to_eps_s")
+               "model_bits_per_worker", "wire_bytes_up", "inter_node_bytes", "intra_node_bytes", "time_s",
+               "bits_to_eps", "iterations_to_eps", "time_to_eps_s")
 
 METHOD_COLUMNS = ("method", "ranks", "seeds", "status", "final_suboptimality", "final_dist_to_opt",
-                  "final_accuracy", "iterations", "model_bits_per_worker", "wire_bytes_up", "time_s",
+                  "final_accuracy", "iterations", "model_bits_per_worker", "wire_bytes_up", "inter_node_bytes",
+                  "intra_node_bytes", "time_s",
                   "reached", "bits_to_eps", "iterations_to_eps", "time_to_eps_s",
                   "bits_ratio", "iterations_ratio", "time_ratio")
 # the spread over a method's runs (repeats and/or seeds): median and 95 % interval (hpcgc.analysis.spread)
@@ -355,6 +368,8 @@ def method_rows(ms, per_run: dict, baseline: dict) -> list[dict]:
             "iterations": float(np.mean(col["iterations"])),
             "model_bits_per_worker": float(np.mean(col["model_bits_per_worker"])),
             "wire_bytes_up": float(np.mean(col["wire_bytes_up"])),
+            "inter_node_bytes": float(np.mean(col["inter_node_bytes"])),
+            "intra_node_bytes": float(np.mean(col["intra_node_bytes"])),
             "time_s": _mean_if_all(col["time_s"]),
             "reached": f"{reached}/{len(rr)}",
             "bits_to_eps": _mean_if_all(col["bits_to_eps"]),

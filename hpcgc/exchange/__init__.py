@@ -1,6 +1,8 @@
 """Exchange strategies (``run.collective``): one file per collective + one line in ``REGISTRY``.
 
 See :mod:`hpcgc.exchange.base` for the interface and each module for its cost model.
+:class:`Hierarchical` (``run.topology = "hierarchical"``) is not a collective of its own: it runs
+one of these among the node leaders and broadcasts inside each node.
 """
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from ..errors import ConfigError
 from .allgather import Allgather
 from .allreduce import Allreduce
 from .gather import Gather
+from .hierarchical import Hierarchical as Hierarchical
 from .reduce_scatter import ReduceScatter
 
 REGISTRY = {

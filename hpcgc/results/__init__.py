@@ -12,6 +12,7 @@ Layout (schema version 1; `docs/results.md` is the reference):
       bits_down_wire, bits_down_model                                             (T,)
       time/<phase>                                                                (T, world_size)
       mpi_bytes/<collective>                                                      (T, world_size)
+      node_bytes/<inter|intra>_<sent|received>  (run.topology = "hierarchical")   (T, world_size)
       workers/...                                                                 (n,) tables
       per_iteration/<phase>                                                       (iterations, world_size)
       x_final                                                                     (d,) last iterate
@@ -46,6 +47,7 @@ from .schema import (
                           FLUSH_SECONDS,
                           LEDGER,
                           METADATA_MARGIN,
+                          NODE_BYTES,
                           PARTIAL_SUFFIX,
                           PHASES,
                           SCALAR_SERIES,
@@ -56,7 +58,7 @@ from .writer import ResultsWriter, RunWriter, WriteFailed, estimate_run_bytes, g
 
 __all__ = [
     "CHECKPOINT_SUFFIX", "COLLECTIVES_SCHEMA", "COLLECTIVES_SCHEMA_VERSION", "COLLECTIVE_ARRAYS", "COLLECTIVE_FIT",
-    "FLUSH_SECONDS", "LEDGER", "METADATA_MARGIN", "PARTIAL_SUFFIX", "PHASES", "SCALAR_SERIES", "SCHEMA_VERSION",
+    "FLUSH_SECONDS", "LEDGER", "METADATA_MARGIN", "NODE_BYTES", "PARTIAL_SUFFIX", "PHASES", "SCALAR_SERIES", "SCHEMA_VERSION",
     "TORN_READ_PAUSE_S", "TORN_READ_RETRIES", "WORKER_SERIES",
     "CollectiveTable", "CollectivesResults", "Results", "ResultsFormatError", "ResultsWriter", "Run", "RunWriter",
     "WriteFailed", "estimate_run_bytes", "find_files", "guarded", "load", "load_collectives", "refuse_existing",

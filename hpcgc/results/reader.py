@@ -32,6 +32,7 @@ class Run:
     mpi_bytes: dict = field(default_factory=dict)
     path: Path | None = None                              # the file it was read from
     file_attrs: dict = field(default_factory=dict)        # that file's root attributes (provenance)
+    node_bytes: dict = field(default_factory=dict)        # run.topology = "hierarchical" only (NODE_BYTES)
 
     @property
     def status(self) -> str:
@@ -156,6 +157,7 @@ def _read_run(run_id: str, g, tomllib, path: Path, file_attrs: dict) -> Run:
     attrs = {k: _py(v) for k, v in g.attrs.items()}
     attrs.setdefault("collective", "gather")        # files written before run.collective existed
     attrs.setdefault("repeat", 0)                   # files written before run.repeats existed
+    attrs.setdefault("topology", "flat")            # flat runs (and files before run.topology) have none
     try:
         config = tomllib.loads(attrs.get("config", ""))
     except tomllib.TOMLDecodeError:
@@ -166,5 +168,5 @@ def _read_run(run_id: str, g, tomllib, path: Path, file_attrs: dict) -> Run:
     series = {k: g[k][()] for k in (*SCALAR_SERIES, *WORKER_SERIES) if k in g}
     x_final = g["x_final"][()] if "x_final" in g else None
     return Run(run_id, attrs, config, series, group("time"), group("workers"), group("per_iteration"), x_final,
-               group("mpi_bytes"), path, file_attrs)
+               group("mpi_bytes"), path, file_attrs, group("node_bytes"))
 

@@ -22,6 +22,11 @@ PHASES = ("grad", "compress", "wait_up", "comm_up", "server", "wait_down", "comm
 """= transport.PHASES; files written before ``wait_up``, ``wait_down`` and ``other`` existed lack them
 (their ``comm_*`` include the waiting, their ``iter`` is the sum of the five others); files written
 before ``run.overlap`` lack ``comm_hidden`` (0 in every run without overlap)."""
+NODE_BYTES = ("inter_sent", "inter_received", "intra_sent", "intra_received")
+"""The ``node_bytes/`` series of a ``run.topology = "hierarchical"`` run (absent from flat runs):
+cumulative bytes per rank that crossed between nodes (the per-collective ledgers summed: sent as in
+``mpi_bytes``, received as in ``bits_received_wire``) and inside the rank's node (its Reduce and
+Bcast)."""
 LEDGER = ("Gather", "Gatherv", "Bcast", "Allgather", "Allgatherv", "Allreduce", "Alltoall", "Alltoallv")
 """= transport.LEDGER; files written before Alltoall/Alltoallv were appended lack those two."""
 

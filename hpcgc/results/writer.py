@@ -22,6 +22,7 @@ from .schema import (
     FLUSH_SECONDS,
     LEDGER,
     METADATA_MARGIN,
+    NODE_BYTES,
     PARTIAL_SUFFIX,
     PHASES,
     SCALAR_SERIES,
@@ -187,8 +188,11 @@ class ResultsWriter:
         return f"about {needed / 1e6:.3g} MB needed, {free / 1e6:.3g} MB free" if free < needed else None
 
     @guarded
-    def begin_run(self, run_id: str, attrs: dict, n_workers: int, world_size: int) -> RunWriter:
-        return RunWriter(self, self.f["runs"].create_group(run_id), attrs, n_workers, world_size)
+    def begin_run(self, run_id: str, attrs: dict, n_workers: int, world_size: int,
+                  node_bytes: bool = False) -> RunWriter:
+        """``node_bytes``: the run also records ``node_bytes/`` (``run.topology = "hierarchical"``)."""
+        return RunWriter(self, self.f["runs"].create_group(run_id), attrs, n_workers, world_size,
+                         node_bytes=node_bytes)
 
     @guarded
     def set_file_attrs(self, attrs: dict):
@@ -223,7 +227,7 @@ class ResultsWriter:
 
 class RunWriter:
     def __init__(self, parent: ResultsWriter, g: h5py.Group, attrs: dict, n: int, world: int,
-                 rows: int | None = None):
+                 rows: int | None = None, node_bytes: bool = False):
         self.parent = parent
         self.g = g
         self.run_id = g.name.rsplit("/", 1)[-1]
@@ -246,7 +250,8 @@ class RunWriter:
             g.create_dataset(name, shape=(0,), maxshape=(None,), dtype=dt, chunks=(256,))
         for name in WORKER_SERIES:
             g.create_dataset(name, shape=(0, n), maxshape=(None, n), dtype=np.float64, chunks=(256, n))
-        for group, names in (("time", PHASES), ("mpi_bytes", LEDGER)):
+        groups = (("time", PHASES), ("mpi_bytes", LEDGER)) + ((("node_bytes", NODE_BYTES),) if node_bytes else ())
+        for group, names in groups:
             tg = g.create_group(group)
             for name in names:
                 tg.create_dataset(name, shape=(0, world), maxshape=(None, world), dtype=np.float64,
@@ -258,8 +263,9 @@ class RunWriter:
         stay open while the run is written (none is released, and flushed, per write)."""
         out = [(name, None, self.g[name]) for name in (*SCALAR_SERIES, *WORKER_SERIES)
                if name in self.g]    # a file begun by an older version, resumed, lacks some series
-        for group, names in (("time", PHASES), ("mpi_bytes", LEDGER)):
-            out += [(group, j, self.g[group][name]) for j, name in enumerate(names) if name in self.g[group]]
+        for group, names in (("time", PHASES), ("mpi_bytes", LEDGER), ("node_bytes", NODE_BYTES)):
+            if group in self.g:
+                out += [(group, j, self.g[group][name]) for j, name in enumerate(names) if name in self.g[group]]
         return out
 
     @guarded

@@ -96,7 +96,8 @@ class RunState:
         live arrays themselves, no second copy of the state in memory."""
         c = np.copy if copy else (lambda a: a)
         pi = self.clock.per_iteration
-        timers = {"totals": c(self.clock.totals), "mpi_ledger": c(self.t.ledger), "mpi_received": c(self.t.received)}
+        timers = {"totals": c(self.clock.totals), "mpi_ledger": c(self.t.ledger), "mpi_received": c(self.t.received),
+                  "intra": c(self.t.intra)}
         if pi is not None:
             timers["per_iteration"] = c(pi[:k])
         st = {"iteration": int(k), "x": c(self.x), "worker": arrays_of(self.ws, copy),
@@ -141,6 +142,7 @@ class RunState:
             self.clock.per_iteration[:k] = timers["per_iteration"]
         self.t.ledger[:] = timers["mpi_ledger"]
         self.t.received[:] = timers["mpi_received"]
+        self.t.intra[:] = timers["intra"]
         if self.ledger is not None:
             root = st["root"]
             self.ledger.model[:], self.ledger.wire[:], self.ledger.down = root["model"], root["wire"], root["down"]

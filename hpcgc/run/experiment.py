@@ -123,6 +123,9 @@ def prepare(cfg: dict, transport: Transport, select: str | None = None) -> list[
             chosen = set(parse_selection(select, len({p.index for p in plans})))
             plans = [p for p in plans if p.index in chosen]
         check_world(plans, transport.size)
+        if any(p.cfg["run"]["topology"] == "hierarchical" for p in plans):
+            from ..transport import ranks_per_node_setting
+            ranks_per_node_setting(transport.size)        # the test-only node assignment must divide the ranks
     except UserError as exc:
         error = exc
     transport.agree(error)

@@ -168,7 +168,7 @@ class Watch:
     """The loop's observer hub (see the module doc). ``metrics(x)`` → dict is rank 0's evaluation."""
 
     def __init__(self, transport, clock: Clock, ledger: Ledger | None, metrics, observers, checkpoint=None,
-                 evals=None):
+                 evals=None, node_bytes: bool = False):
         self.t, self.clock, self.ledger = transport, clock, ledger
         self.evals = evals or (lambda: np.nan)   # this rank's gradient evaluations so far (NaN: not counted)
         self.metrics, self.observers = metrics, observers
@@ -176,6 +176,7 @@ class Watch:
         self.ctrl = np.zeros(2)               # stop decision, checkpoint now
         self._lappers = [o for o in observers if hasattr(o, "lap")]
         self.last_row = {}
+        self.node_bytes = node_bytes          # run.topology = "hierarchical": the row's node_bytes too
 
     def lap(self, k: int):
         """After iteration k, before its timers are written (the loop calls ``clock.lap`` next)."""
@@ -184,11 +185,16 @@ class Watch:
 
     def evaluate(self, k: int) -> bool:
         t = self.t
-        rows = t.gather_rows(np.concatenate([self.clock.totals, t.ledger, t.received,
+        intra = [t.intra] if self.node_bytes else []
+        rows = t.gather_rows(np.concatenate([self.clock.totals, t.ledger, t.received, *intra,
                                              [self.evals(), REQUEST.signum]]))
         if t.is_root:
             row = self.metrics()
             nl, np_ = len(LEDGER), len(PHASES)
+            if self.node_bytes:               # per rank: inter-node sent, received; intra-node sent, received
+                j = np_ + 2 * nl
+                row["node_bytes"] = np.column_stack([rows[:, np_:np_ + nl].sum(axis=1),
+                                                     rows[:, np_ + nl:j].sum(axis=1), rows[:, j], rows[:, j + 1]])
             received = rows[:, np_ + nl:np_ + 2 * nl].sum(axis=1)[self.ledger.ranks]
             row.update(iteration=k, bits_up_model=self.ledger.model, bits_up_wire=self.ledger.wire,
                        bits_received_wire=8.0 * received, bits_down_wire=self.ledger.down,

@@ -39,6 +39,9 @@ SHARED_STREAM = 0x5EED
 """Spawn key of the generator every rank draws alike (shared-seed compressors)."""
 DOWNLINK_STREAM = 0xD0A1
 """Spawn key of the generator of the downlink compressor (rank 0 alone draws from it)."""
+NODE_RANK_STREAM = 0x40DE
+"""First spawn key word of a node's non-leader rank's generator (``run.topology = "hierarchical"``;
+the leaders draw from ``spawn(nodes)[node]``, as the ranks of a flat run of that many ranks do)."""
 
 
 @dataclass
@@ -66,6 +69,9 @@ class RunSummary:
     seed: int = 0
     loop_s: float = np.nan              # rank 0's wall-clock in the iteration loop (seconds)
     reached: bool = False               # stopped by run.tolerance: loop_s is the time to target
+    mb_inter: float = np.nan            # MB every rank handed to the run's collectives (between nodes)
+    mb_intra: float = np.nan            # MB sent inside the nodes (run.topology = "hierarchical"; flat: 0)
+    topology: str = "flat"
 
     @property
     def time_to_target_s(self) -> float:
@@ -90,23 +96,30 @@ class ShardWatch(Watch):
 class Run:
     def __init__(self, rp: RunPlan, setup: Setup, transport: Transport, writer=None, show_progress=False):
         self.rp, self.s, self.t = rp, setup, transport
+        self.rank_setup = setup         # this rank's shard (= self.s unless run.topology = "hierarchical")
         self.writer = writer
         self.show_progress = show_progress
         self.floor = 0.0                # > 0: seconds to measure the run's collectives' floor after it (--floor)
         rc = rp.cfg
         self.r = rc["run"]
         s = setup
-        self.comp = compressors.make(self.r["compressor"])
-        self.comps = self._per_worker_compressors()
-        if self.r["batch"] > int(s.samples.min()) and not getattr(algorithms.get(self.r["algorithm"]),
-                                                                  "clips_batch", False):
+        alg_cls = algorithms.get(self.r["algorithm"])
+        if self.r["batch"] > int(s.samples.min()) and not getattr(alg_cls, "clips_batch", False):
             raise ConfigError(f"run.batch = {self.r['batch']} exceeds the smallest worker's sample count "
                               f"{int(s.samples.min())}")
-        alg_cls = algorithms.get(self.r["algorithm"])
         if getattr(alg_cls, "aggregation", "mean") == "samples":      # DAGC: N_i / N
             weights = s.samples / s.samples.sum()
         else:                                                          # DIANA: 1/n
             weights = np.full(s.n_workers, 1.0 / s.n_workers)
+        self.nodes, self.share = None, 1.0
+        if self.r["topology"] == "hierarchical":        # the algorithm's workers are the nodes (.nodes)
+            from ..transport import Nodes
+            from .nodes import node_setup
+            self.nodes = Nodes.of(transport)
+            s, self.share, weights = node_setup(setup, self.nodes, weights, rc["problem"]["kind"])
+            self.s = s
+        self.comp = compressors.make(self.r["compressor"])
+        self.comps = self._per_worker_compressors()
         self.x0 = s.model.init(self.r["seed"]) if s.model is not None else np.zeros(s.d)
         segments = s.model.segments if s.model is not None else [("x", 0, s.d, (s.d,))]
         self.alg = alg_cls(self.comps, d=s.d, n_workers=s.n_workers, weights=weights,
@@ -127,6 +140,10 @@ class Run:
                 print(note or "warning: run.overlap = true: the model has one layer; nothing to overlap",
                       file=sys.stderr, flush=True)
         seq = np.random.SeedSequence(self.r["seed"]).spawn(transport.size)[transport.rank]
+        if self.nodes is not None:
+            seq = (np.random.SeedSequence(self.r["seed"]).spawn(self.nodes.count)[self.nodes.index]
+                   if self.nodes.is_leader else
+                   np.random.SeedSequence(self.r["seed"], spawn_key=(NODE_RANK_STREAM, transport.rank)))
         self.rng = np.random.default_rng(seq)
         # identical on every rank: what shared-seed compressors draw from (same coordinates everywhere)
         self.shared_rng = np.random.default_rng(np.random.SeedSequence(self.r["seed"], spawn_key=(SHARED_STREAM,)))
@@ -234,7 +251,7 @@ class Run:
         f = Σ_i w_i f_i with w_i = 1/n (linear kinds: the global objective weighs worker i's rows by
         1/(n·m_i)) or m_i/N (classifiers: the mean over all rows); ∇f likewise; one Allreduce of
         d + 3 floats, not in the bit ledger. Rank 0 gets the metrics dict, the others None."""
-        s, t = self.s, self.t
+        s, t = self.rank_setup, self.t            # every rank's own shard, also under hierarchical
         d = s.d
         xb = np.array(x, dtype=np.float64)
         t.bcast_control(xb)                  # the workers may hold another copy (compressed downlink)
@@ -278,8 +295,12 @@ class Run:
         ex_cls, more = exchange.get(r["collective"]), {}
         if self.overlap_buckets:                      # run.overlap (hpcgc.exchange.overlap)
             ex_cls, more = OverlapAllreduce, {"buckets": s.model.buckets()}
-        ex = ex_cls(t, alg, s.worker_ranks, me, x, self._encode_rng(),
-                    downlink=self.downlink, downlink_rng=self.down_rng, **more)
+        if self.nodes is None:
+            ex = ex_cls(t, alg, s.worker_ranks, me, x, self._encode_rng(),
+                        downlink=self.downlink, downlink_rng=self.down_rng, **more)
+        else:                                         # run.topology = "hierarchical" (no overlap: plan time)
+            ex = exchange.Hierarchical(ex_cls, self.nodes, alg, me, x, self._encode_rng(),
+                                       downlink=self.downlink, downlink_rng=self.down_rng)
         ex.split = r["wait_phases"]
         self.ex = ex
         x = ex.x                                       # the exchange's own buffer (gather: the broadcast's)
@@ -323,22 +344,28 @@ class Run:
             rw = (self.writer.resume_run(self.rp.run_id, self.resume_rows, start, r["eval_every"],
                                                 r["iterations"])
                   if resume is not None else
-                  self.writer.begin_run(self.rp.run_id, self._attrs(), s.n_workers, t.size))
+                  self.writer.begin_run(self.rp.run_id, self._attrs(), s.n_workers, t.size,
+                                        node_bytes=self.nodes is not None))
         if root:
             observers = [Recorder(self.writer, rw, outcome), rules, bar]
         t.quiet_barrier()       # the others sleep (not spin in MPI) while rank 0 starts the run's file group
 
         saver = Checkpointer(t, state, policy, rw)
         evals = (lambda: alg.grad_evals(ws) if ws is not None else np.nan)
+        node_bytes = self.nodes is not None
         if sharded:
             watch = ShardWatch(t, clock, ledger, None, observers, checkpoint=saver, evals=evals,
-                               reduce=lambda: self._reduce(ex.iterate()))
+                               reduce=lambda: self._reduce(ex.iterate()), node_bytes=node_bytes)
         else:
             watch = Watch(t, clock, ledger, lambda: self._metrics(ex.iterate(), x0_dist), observers,
-                          checkpoint=saver, evals=evals)
+                          checkpoint=saver, evals=evals, node_bytes=node_bytes)
+        work, wstate = alg, ws          # a node's non-leader rank: its shard's gradient into the node's Reduce
+        if self.nodes is not None and not self.nodes.is_leader:
+            from .nodes import NodeRank
+            work, wstate = NodeRank(self.rank_setup.local, self.nodes, self.share), NodeRank.FOLLOWER
         if r["warm_up"]:
-            warm_up(alg, ex, ws, ss, x, s.local, self.rng, state)
-        done, blew_up = iterate(alg, ex, ws, ss, x, s.local, self.rng, iterations=r["iterations"],
+            warm_up(work, ex, wstate, ss, x, s.local, self.rng, state)
+        done, blew_up = iterate(work, ex, wstate, ss, x, s.local, self.rng, iterations=r["iterations"],
                                 eval_every=r["eval_every"], watch=watch, start=start)
         self.checkpoint_cost = saver.cost
         # every rank's own copy (identical under allreduce/allgather); rank 0 under a compressed
@@ -378,7 +405,7 @@ class Run:
         the run's tables, the summary."""
         s, t, r = self.s, self.t, self.r
         evals = self.alg.grad_evals(self.ws) if self.ws is not None else np.nan
-        sent = t.gather_rows(np.array([float(t.up_bytes), evals]))
+        sent = t.gather_rows(np.array([float(t.up_bytes), evals, float(t.ledger.sum()), float(t.intra[0])]))
         per_it = clock.per_iteration
         per_rank = t.gather_rows(per_it[:done].ravel()) if per_it is not None else None
         # without per-iteration times the summary's means are still over ranks: every rank's totals
@@ -393,7 +420,8 @@ class Run:
                        "bits_up_wire": ledger.wire, "bits_received_wire": ledger.wire * np.nan,
                        "bits_down_wire": ledger.down, "bits_down_model": ledger.down_model,
                        "time": np.tile(clock.totals, (t.size, 1)) * np.nan,
-                       "mpi_bytes": np.tile(t.ledger, (t.size, 1)) * np.nan})
+                       "mpi_bytes": np.tile(t.ledger, (t.size, 1)) * np.nan,
+                       "node_bytes": np.full((t.size, 4), np.nan)})
         if rw is not None:
             rw.write_table("workers", {
                 "rank": np.array(s.worker_ranks), "samples": s.samples,
@@ -440,7 +468,8 @@ class Run:
             floor_kernels_ms=1e3 * extra.get("floor_kernels_seconds", np.nan),
             floor_ratio_kernels=extra.get("floor_ratio_kernels", np.nan), point=self.rp.index, repeat=self.rp.repeat,
             seed=int(r["seed"]), loop_s=float(clock.totals[PHASES.index("iter")]),
-            reached=outcome.status == "completed" and outcome.reason.startswith("tolerance"))
+            reached=outcome.status == "completed" and outcome.reason.startswith("tolerance"),
+            mb_inter=float(sent[:, 2].sum()) / 1e6, mb_intra=float(sent[:, 3].sum()) / 1e6, topology=r["topology"])
 
     def estimated_bytes(self) -> int:
         """Upper estimate of this run's share of the results file (checked against free space)."""
@@ -476,6 +505,10 @@ class Run:
              "reference": s.reference,
              "evaluation": ("reduction over the shards" if s.reference == "none" else "rank 0, whole data set"),
              "downlink": downlink.DENSE, "overlap_buckets": self.overlap_buckets}
+        if self.nodes is not None:       # flat runs have none of these (files read them back as "flat")
+            a.update({"topology": "hierarchical", "nodes": self.nodes.count,
+                      "ranks_per_node": self.nodes.ranks_per_node.astype(np.int64),
+                      "node_assignment": self.nodes.assignment})
         if self.downlink is not None:
             a.update(self.downlink.describe())
         a.update(self.alg.describe())

@@ -133,6 +133,8 @@ def _check_point(rc: dict, alg_cls, comp) -> list[tuple]:
         out.append((("downlink", str(r["downlink"])), str(exc)))
     if alg_cls is not None:
         out.extend((("algorithm-settings", r["algorithm"], msg), msg) for msg in alg_cls.plan_refusals(rc, comp))
+    if alg_cls is not None and r.get("topology") == "hierarchical":
+        out.extend((("topology", msg), msg) for msg in hierarchical_refusals(r, alg_cls))
     if alg_cls is None or comp is None or kind not in PROBLEM_KINDS:
         return out
     try:
@@ -214,6 +216,28 @@ def _points(cfg: dict) -> list[RunPlan]:
         tag = re.sub(r"[^A-Za-z0-9.+-]+", "_", tag.replace("=", ""))
         runs.append(RunPlan(i, f"{i:03d}-{tag}-s{r['seed']}", rc))
     return runs
+
+
+def hierarchical_refusals(r: dict, alg_cls) -> list[str]:
+    """Why a grid point cannot run with run.topology = 'hierarchical' (one line each; no data). Every
+    collective can (the leaders run it); algorithms only where a node can be the worker
+    (``Algorithm.two_level``), with full local gradients and every rank a worker."""
+    out = []
+    if not getattr(alg_cls, "two_level", False):
+        takers = sorted(k for k, (c, _) in algorithms.REGISTRY.items() if getattr(c, "two_level", False))
+        out.append(f"run.topology = 'hierarchical' cannot run algorithm {r['algorithm']!r}: a node stands in for a "
+                   "worker only when the worker evaluates one gradient at the broadcast iterate per iteration "
+                   f"(its ranks sum theirs); algorithms that can: {', '.join(takers)} (every run.collective can)")
+    if r["batch"]:
+        out.append(f"run.topology = 'hierarchical' sums each rank's full shard gradient on its node: use run.batch = 0 "
+                   f"(got {r['batch']})")
+    if r["server"] == "dedicated":
+        out.append("run.topology = 'hierarchical' needs run.server = 'worker' (under gather the server is node 0's "
+                   "leader, world rank 0, which also computes)")
+    if r.get("overlap"):
+        out.append("run.overlap = true is not supported with run.topology = 'hierarchical' (the node's Reduce of the "
+                   "whole gradient precedes the leaders' exchange): use run.topology = 'flat'")
+    return out
 
 
 def check_collective(r: dict, alg_cls, comp) -> None:

@@ -29,7 +29,9 @@ exit cleanly (non-zero, no hang) when any rank hits a user error during set-up. 
 modules are the transport too (the only code that calls MPI): :mod:`.reductions` (the MPI datatype and
 operation of each Allreduce wire type, incl. the user-defined bfloat16 SUM), :mod:`.timer` (the
 timed primitives of the ``collectives`` micro-benchmark and of ``bench floor``) and :mod:`.nodes`
-(:func:`split_by_node`: the node and node-leader communicators, ``MPI_Comm_split_type``).
+(:func:`split_by_node`: the node and node-leader communicators, ``MPI_Comm_split_type``; :class:`Nodes`:
+``run.topology = "hierarchical"``'s node Reduce and Bcast, the leaders' transport, the test-only
+node assignment ``HPCGC_TEST_RANKS_PER_NODE``).
 """
 from __future__ import annotations
 
@@ -44,10 +46,10 @@ from .core import (
                    processor_name,
                    wtime,
 )
-from .nodes import NodeSplit, split_by_node
+from .nodes import TEST_RANKS_PER_NODE, Nodes, NodeSplit, ranks_per_node_setting, split_by_node
 from .reductions import library_version, reduction
 from .timer import COLLECTIVES, MORE_COLLECTIVES, CollectiveTimer
 
 __all__ = ["COLLECTIVES", "DOWN_HEADER_BYTES", "LEDGER", "LENGTH_BYTES", "MORE_COLLECTIVES", "PHASES", "ROOT",
-           "CollectiveTimer", "NodeSplit", "RankOrderedJIT", "Transport", "library_version", "processor_name",
-           "reduction", "split_by_node", "wtime"]
+           "TEST_RANKS_PER_NODE", "CollectiveTimer", "NodeSplit", "Nodes", "RankOrderedJIT", "Transport",
+           "library_version", "processor_name", "ranks_per_node_setting", "reduction", "split_by_node", "wtime"]

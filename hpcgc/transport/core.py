@@ -71,9 +71,16 @@ class Transport:
         """Zero the sender-side ledger: ``ledger[j]`` = bytes this rank handed to MPI as the
         sending side of collective ``LEDGER[j]`` (a Bcast counts at the root only), and the
         receiver-side ledger: ``received[j]`` = bytes MPI delivered into this rank's receive buffers
-        from the other ranks in ``LEDGER[j]``."""
-        self.ledger = np.zeros(len(LEDGER))
-        self.received = np.zeros(len(LEDGER))
+        from the other ranks in ``LEDGER[j]``; and ``intra`` = (bytes sent, bytes received) inside this
+        rank's node under ``run.topology = "hierarchical"`` (:mod:`.nodes`). Zeroed in place once they
+        exist: a node's leaders' transport writes into the same arrays (:class:`.nodes.Nodes`)."""
+        if getattr(self, "ledger", None) is None:
+            self.ledger = np.zeros(len(LEDGER))
+            self.received = np.zeros(len(LEDGER))
+            self.intra = np.zeros(2)
+        self.ledger[:] = 0.0
+        self.received[:] = 0.0
+        self.intra[:] = 0.0
 
     @property
     def up_bytes(self) -> int:
