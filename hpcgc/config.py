@@ -150,7 +150,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
                         "of a node (shared memory) sum their gradients uncompressed onto the node's leader "
                         "(MPI_Reduce), the leaders run run.collective with run.compressor among themselves, "
                         "each leader broadcasts the iterate in its node — the workers are the nodes "
-                        "(dcgd, diana, ef, ef21; full gradients; docs/collectives.md, Hierarchical)",
+                        "(dcgd, dgc, diana, ef, ef21, ef21-sgdm; full gradients; docs/collectives.md, Hierarchical)",
                         choices=("flat", "hierarchical")),
         "downlink": Key(str, "dense", "the server's broadcast: 'dense' (the float64 iterate) or a compressor spec "
                         "(EF21-P: C(x − w) is sent, workers evaluate at w; gather with dcgd, diana)"),

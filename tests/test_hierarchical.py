@@ -25,7 +25,7 @@ def _cfg(**run):
 
 def test_two_level_algorithms_are_exactly_those_with_one_gradient_at_x():
     two = sorted(k for k, (c, _) in algorithms.REGISTRY.items() if c.two_level)
-    assert two == ["dcgd", "diana", "ef", "ef21"]
+    assert two == ["dcgd", "dgc", "diana", "ef", "ef21", "ef21-sgdm"]
 
 
 @pytest.mark.parametrize("collective,alg,spec", [("gather", "diana", "qsgd:s=2"), ("allgather", "dcgd", "qsgd:s=2"),
@@ -36,11 +36,12 @@ def test_every_collective_runs_in_two_levels(collective, alg, spec):
 
 
 @pytest.mark.parametrize("alg,spec", [("marina", "qsgd:s=2"), ("vr-diana", "qsgd:s=2"), ("adiana", "qsgd:s=2"),
-                                      ("local-sgd", "topk:k=3"), ("diana+", "qsgd:s=2")])
+                                      ("local-sgd", "topk:k=3"), ("diana+", "qsgd:s=2"),
+                                      ("diloco", "identity"), ("dasha", "randk:k=3")])
 def test_other_algorithms_refused_in_one_line_naming_those_that_can(alg, spec):
     extra = {"batch": 8} if alg == "vr-diana" else {}
     msgs = [m for m in check(_cfg(algorithm=alg, compressor=spec, **extra)) if "topology" in m]
-    assert msgs and f"cannot run algorithm {alg!r}" in msgs[0] and "dcgd, diana, ef, ef21" in msgs[0]
+    assert msgs and f"cannot run algorithm {alg!r}" in msgs[0] and "dcgd, dgc, diana, ef, ef21, ef21-sgdm" in msgs[0]
     assert "\n" not in msgs[0]
 
 

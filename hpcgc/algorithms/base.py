@@ -156,7 +156,7 @@ class Algorithm:
     """True when a node can stand in for a worker (``run.topology = "hierarchical"``,
     :mod:`hpcgc.run.nodes`): ``worker_compute`` evaluates exactly one gradient of its ``problem``, at
     the iterate it is given, and reads nothing else of it but ``smoothness()`` — so the node's
-    ranks can sum their shards' gradients into it (DCGD, DIANA, EF, EF21). Not: methods that
+    ranks can sum their shards' gradients into it (DCGD, DIANA, EF, EF21 and their subclasses DGC, EF21-SGDM). Not: methods that
     evaluate at other points or several times (VR-DIANA, ADIANA, MARINA), take local steps (local
     SGD) or ship smoothness matrices of their shard (DCGD+/DIANA+)."""
     downlink_ok = False
