@@ -52,6 +52,8 @@ class Hierarchical(Exchange):
             self.buf[:-1] = x
             self.x = self.buf[:-1]
         self.holds_server = self.inner is not None and self.inner.holds_server
+        self.follower = None             # a non-leader's gradient into the node's Reduce (set by the run:
+        #                                  hpcgc.run.nodes.NodeRank)
         self._split, self._on_step = True, (lambda: CONTINUE)
 
     # the run sets these after construction: they belong to the inner exchange
@@ -76,6 +78,14 @@ class Hierarchical(Exchange):
             self.inner.on_step = f
 
     # -- per iteration -----------------------------------------------------------------------------
+    def compute(self, ws, x, local, rng) -> None:
+        """A leader: the algorithm's worker half on the node's gradient (``local`` is its
+        :class:`~hpcgc.run.nodes.NodeProblem`); another rank: its shard's gradient into the Reduce."""
+        if self.inner is not None:
+            self.inner.compute(ws, x, local, rng)
+        else:
+            self.follower.worker_compute(ws, x, local, rng)
+
     def encode(self, ws):
         return self.inner.encode(ws) if self.inner is not None else None
 

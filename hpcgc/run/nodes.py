@@ -49,7 +49,7 @@ class NodeProblem:
 
 
 class NodeRank:
-    """What the loop calls ``alg`` on a node's non-leader rank: its iteration's work is the gradient
+    """What the exchange computes on a node's non-leader rank (``Hierarchical.compute``): the gradient
     of its shard at the broadcast iterate, scaled by its share, sent into the node's Reduce."""
 
     FOLLOWER = object()

@@ -359,13 +359,13 @@ class Run:
         else:
             watch = Watch(t, clock, ledger, lambda: self._metrics(ex.iterate(), x0_dist), observers,
                           checkpoint=saver, evals=evals, node_bytes=node_bytes)
-        work, wstate = alg, ws          # a node's non-leader rank: its shard's gradient into the node's Reduce
+        wstate = ws                     # a node's non-leader rank: its shard's gradient into the node's Reduce
         if self.nodes is not None and not self.nodes.is_leader:
             from .nodes import NodeRank
-            work, wstate = NodeRank(self.rank_setup.local, self.nodes, self.share), NodeRank.FOLLOWER
+            ex.follower, wstate = NodeRank(self.rank_setup.local, self.nodes, self.share), NodeRank.FOLLOWER
         if r["warm_up"]:
-            warm_up(work, ex, wstate, ss, x, s.local, self.rng, state)
-        done, blew_up = iterate(work, ex, wstate, ss, x, s.local, self.rng, iterations=r["iterations"],
+            warm_up(alg, ex, wstate, ss, x, s.local, self.rng, state)
+        done, blew_up = iterate(alg, ex, wstate, ss, x, s.local, self.rng, iterations=r["iterations"],
                                 eval_every=r["eval_every"], watch=watch, start=start)
         self.checkpoint_cost = saver.cost
         # every rank's own copy (identical under allreduce/allgather); rank 0 under a compressed
