@@ -59,7 +59,9 @@ commands (each has --help, e.g. `hpcgc report --help`):
             found, one line each (exit 2); if none, set up the data and print the plan
   floor     run the experiment, then time each run's own collectives with its message sizes and
             nothing else, and its own kernels alone; print hpcgc's median iteration / that floor,
-            and / (collectives + kernels) (= run --floor; docs/performance.md):
+            and / (collectives + kernels) (= run --floor), and rank 0's memory-traffic floor
+            per phase (bytes the phase's mathematics moves at the measured copy bandwidth;
+            docs/performance.md):
             mpiexec -n 2 hpcgc floor --config exp.toml
   micro     compressor micro-benchmark (throughput vs memory bandwidth, bits, omega)
   collectives  OSU-style sweep of the MPI collectives hpcgc uses (Gather+Gatherv, Bcast, Allreduce,

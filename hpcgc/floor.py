@@ -58,11 +58,17 @@ def describe(ops) -> str:
     return ", ".join(f"{kind} {int(nbytes)} B" for kind, nbytes, *_ in ops)
 
 
-def plan(exchange, transport, done: int, d: int) -> list:
-    """The run's collective sequence on this rank (collective: every rank's ledger to every rank)."""
+def per_rank_ledger(transport, done: int) -> np.ndarray:
+    """Every rank's mean bytes per iteration per collective (``LEDGER`` order), on every rank
+    (collective)."""
     mine = np.asarray(transport.ledger, dtype=np.float64) / max(done, 1)
     every = transport.bcast_object(transport.gather_object(mine))
-    return exchange.floor_ops(np.asarray(every).reshape(transport.size, len(LEDGER)), d)
+    return np.asarray(every).reshape(transport.size, len(LEDGER))
+
+
+def plan(exchange, transport, done: int, d: int) -> list:
+    """The run's collective sequence on this rank (collective: every rank's ledger to every rank)."""
+    return exchange.floor_ops(per_rank_ledger(transport, done), d)
 
 
 def measure(transport, ops, seconds: float = SECONDS, batches: int = BATCHES, warmup: int = WARMUP) -> float:
@@ -142,16 +148,35 @@ def kernels(run, transport, state, seconds: float = SECONDS) -> float:
     return float(worker + transport.bcast_object(server))
 
 
-def run_floor(run, transport, done: int, state=None, **kw) -> dict:
+def traffic(run, transport, done: int, local, clock) -> dict:
+    """Rank 0's memory-traffic floor per phase (:mod:`hpcgc.traffic`): ``{"bandwidth": bytes/s,
+    "rows": [(phase, bytes, floor seconds, median seconds)], "items": phase → [(item, bytes)]}``, the
+    copy bandwidth measured now on every rank at once (:func:`hpcgc.traffic.copy_bandwidth`: 64 MiB
+    buffers shared among the ranks, beyond the last-level cache); {} off rank 0. Collective."""
+    from . import traffic as tr
+    every = per_rank_ledger(transport, done)
+    bw = tr.copy_bandwidth(transport)
+    if not transport.is_root:
+        return {}
+    items = tr.rank0_items(run, local, every)
+    med = tr.phase_medians(clock.per_iteration, clock.totals, done)
+    return {"bandwidth": bw, "rows": tr.traffic_rows(items, med, bw), "items": items}
+
+
+def run_floor(run, transport, done: int, state=None, clock=None, **kw) -> dict:
     """The floor of a finished run: ``{"floor_seconds", "floor_collectives"}`` and, given the run's
     ``state`` = (ws, ss, x, local, rng), ``floor_kernels_seconds`` (collectives + kernels; NaN and ''
-    when no iteration was done). Collective."""
+    when no iteration was done); given its ``clock`` too, ``floor_traffic`` (rank 0: :func:`traffic`,
+    printed, not stored). Collective."""
     if done < 1:
-        return {"floor_seconds": math.nan, "floor_collectives": "", "floor_kernels_seconds": math.nan}
+        return {"floor_seconds": math.nan, "floor_collectives": "", "floor_kernels_seconds": math.nan,
+                "floor_traffic": {}}
     ops = plan(run.ex, transport, done, run.s.d)
     text = transport.bcast_object(describe(ops))            # rank 0's sequence names the run's
     out = {"floor_seconds": measure(transport, ops, **kw), "floor_collectives": text}
     if state is not None:
         out["floor_kernels_seconds"] = out["floor_seconds"] + kernels(run, transport, state,
                                                                      kw.get("seconds", SECONDS))
+        if clock is not None:
+            out["floor_traffic"] = traffic(run, transport, done, state[3], clock)
     return out

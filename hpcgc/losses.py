@@ -81,6 +81,66 @@ def csr_grad(code, indptr, indices, data, x, y, w, l2, out):
         out[i] = out[i] + l2 * x[i]
 
 
+GRAD, MINUS, ACCUMULATE = 0, 1, 2
+"""What :func:`csr_grad_compact` writes: out = g; out = g − h; out = out + γ·g (error feedback)."""
+
+
+def compact_columns(indices: np.ndarray, nnz: int) -> tuple[np.ndarray, np.ndarray]:
+    """(cols, cidx): the sorted distinct columns of a CSR shard and each nonzero's position among
+    them (cols[cidx[k]] = indices[k]), uint32 when the positions fit — the layout of
+    :func:`csr_grad_compact`'s scatter, made once per shard."""
+    cols, cidx = np.unique(indices[:nnz], return_inverse=True)
+    return unsigned(cols.astype(indices.dtype)), cidx.astype(np.uint32 if cols.size < 2**32 else np.uint64)
+
+
+@njit(cache=True)
+def csr_grad_compact(code, indptr, indices, data, cols, cidx, x, y, w, l2, mode, h, gamma, out):
+    """:func:`csr_grad` with the scatter into a compact buffer of the shard's distinct columns
+    (``cols``, ``cidx``: :func:`compact_columns`) and one pass over the d-vectors that writes the
+    result where it is used (``mode``):
+
+        GRAD        out = g                   MINUS       out = g − h   (DIANA's Δ; h read)
+        ACCUMULATE  out = out + γ·g           (EF's e ← e + γ·g)
+
+    with g = Σ_j w_j ℓ'(a_jᵀx, y_j)·a_j + l2·x. Instead of zeroing a d-vector, scattering into it
+    and passing over it again for the ℓ2 term (and again for g − h or e + γg, with a temporary),
+    the d-vectors are read and written once: x, out (and h). The same bits as :func:`csr_grad`
+    followed by numpy's ``g − h`` / ``out + γ·g``: each column's scatter sum starts from 0.0 and
+    adds the same products in the same (storage) order, an untouched column's gradient is
+    0.0 + l2·x_i as before, and the last operation is numpy's, element by element
+    (``tests/test_losses.py``)."""
+    m = indptr.shape[0] - 1
+    v = np.empty(m)
+    for j in range(m):
+        t = 0.0
+        for k in range(indptr[j], indptr[j + 1]):
+            t += data[k] * x[indices[k]]
+        v[j] = t
+    for j in range(m):
+        v[j] = _dloss(code, v[j], y[j], w[j])
+    u = cols.shape[0]
+    gc = np.zeros(u)
+    for j in range(m):
+        vj = v[j]
+        for k in range(indptr[j], indptr[j + 1]):
+            gc[cidx[k]] += data[k] * vj
+    c = 0
+    nxt = cols[0] if u > 0 else out.shape[0]
+    for i in range(out.shape[0]):
+        gi = 0.0
+        if i == nxt:
+            gi = gc[c]
+            c += 1
+            nxt = cols[c] if c < u else out.shape[0]
+        gi = gi + l2 * x[i]
+        if mode == MINUS:
+            out[i] = gi - h[i]
+        elif mode == ACCUMULATE:
+            out[i] = out[i] + gamma * gi
+        else:
+            out[i] = gi
+
+
 @njit(cache=True)
 def dloss_into(code, t, y, w):
     """t_j ← w_j·ℓ'(t_j, y_j) in place: a dense shard's derivative between its two BLAS products
@@ -103,6 +163,8 @@ def warm() -> None:
     (:func:`hpcgc.run.experiment.warm_jit`); larger matrices' int64 indices compile on first use."""
     one, idx = np.ones(1), np.array([0, 1], dtype=np.uint32)
     csr_grad(LOGREG, idx, idx[:1], one, np.zeros(1), one, one, 0.0, np.empty(1))
+    csr_grad_compact(LOGREG, idx, idx[:1], one, idx[:1], idx[:1], np.zeros(1), one, one, 0.0, GRAD, one, 1.0,
+                     np.empty(1))
 
 
 def warm_dense() -> None:

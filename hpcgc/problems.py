@@ -36,7 +36,18 @@ from numba import config as numba_config
 from numba import njit
 
 from .errors import ConfigError
-from .losses import CODES, add_l2, csr_grad, dloss_into, unsigned
+from .losses import (
+    ACCUMULATE,
+    CODES,
+    GRAD,
+    MINUS,
+    add_l2,
+    compact_columns,
+    csr_grad,
+    csr_grad_compact,
+    dloss_into,
+    unsigned,
+)
 from .losses import warm as warm_losses
 from .losses import warm_dense as warm_dense_losses
 from .matrix import issparse
@@ -120,6 +131,7 @@ class Objective:
         self._sparse = issparse(self.A)
         self._code = CODES[kind]                 # the loss's kernel code
         self._AT = None if self._sparse else self.A.T     # the transposed view, made once
+        self._compact = None                     # a CSR shard's (cols, cidx), made on first use (grad_to)
 
     @property
     def kernels(self) -> tuple:
@@ -180,6 +192,29 @@ class Objective:
         add_l2(g, x, self.l2)
         return g
 
+    def grad_to(self, x, out, mode: int = GRAD, h=None, gamma: float = 1.0):
+        """The full gradient g = ∇f(x) written where it is used, in one pass over the d-vectors for a
+        sparse shard (:func:`hpcgc.losses.csr_grad_compact`): ``out = g`` (``GRAD``), ``out = g − h``
+        (``MINUS``: DIANA's Δ) or ``out += γ·g`` (``ACCUMULATE``: error feedback's memory). The same
+        bits as :meth:`grad` followed by numpy's ``g − h`` / ``out + γ·g``; a dense shard takes that path."""
+        if not self._sparse:
+            g = self.grad(x)
+            if mode == MINUS:
+                return np.subtract(g, h, out=out)
+            if mode == ACCUMULATE:
+                out += gamma * g
+                return out
+            out[:] = g
+            return out
+        A = self.A
+        if self._compact is None:
+            self._compact = compact_columns(A.indices, int(A.indptr[-1]))
+        cols, cidx = self._compact
+        csr_grad_compact(self._code, unsigned(A.indptr), unsigned(A.indices), A.data, cols, cidx,
+                         np.ascontiguousarray(x, dtype=np.float64), self.y, self.w, self.l2, mode,
+                         out if h is None else h, float(gamma), out)
+        return out
+
     def hessp(self, x, v):
         t = self.A @ x
         if self.kind == "logreg":
@@ -217,6 +252,23 @@ class Objective:
     def mu(self) -> float:
         """Strong convexity l2 for the convex kinds; None for the nonconvex sigmoid loss."""
         return self.l2 if self.convex else None
+
+
+def local_grad(problem, x, rows, out, mode: int = GRAD, h=None, gamma: float = 1.0):
+    """A worker's gradient written where its algorithm uses it: ``out = g`` (``GRAD``), ``out = g − h``
+    (``MINUS``), ``out += γ·g`` (``ACCUMULATE``), g = ∇f_i(x) or its mini-batch estimate on ``rows``.
+    A full gradient of an :class:`Objective` is one fused pass (:meth:`Objective.grad_to`); anything
+    else (mini-batches, models) computes g and combines it with numpy — the same bits either way."""
+    if rows is None and isinstance(problem, Objective):
+        return problem.grad_to(x, out, mode, h, gamma)
+    g = problem.grad(x, rows)
+    if mode == MINUS:
+        return np.subtract(g, h, out=out)
+    if mode == ACCUMULATE:
+        out += gamma * g
+        return out
+    out[:] = g
+    return out
 
 
 def weighted_gram_lambda_max(A, w) -> float:

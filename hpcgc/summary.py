@@ -119,4 +119,29 @@ def floor_table(summaries) -> str:
     for s in summaries:
         lines.append(f"{run_columns(s)} {s.iterations:>6} {floor_columns(s)} {s.floor_kernels_ms:>12.4f} "
                      f"{s.floor_ratio_kernels:>7.2f}  {s.floor_collectives}")
+    traffic = traffic_table(summaries)
+    return "\n".join(lines) + ("\n" + traffic if traffic else "")
+
+
+def traffic_table(summaries) -> str:
+    """Rank 0's memory-traffic floor per phase of each run (:mod:`hpcgc.traffic`, printed by
+    ``floor``): the bytes the phase's mathematics reads and writes, their time at the copy
+    bandwidth measured in the same run, the measured median and the ratio; empty when no run has
+    the figures."""
+    runs = [s for s in summaries if getattr(s, "traffic", None)]
+    if not runs:
+        return ""
+    head = f"{RUN_HEAD} {'phase':<9} {'MB':>8} {'floor(ms)':>10} {'median(ms)':>10} {'ratio':>7}"
+    lines = ["# memory-traffic floor (rank 0, docs/performance.md): MB = what the phase's mathematics must read and "
+             "write (nonzeros, touched d-vectors, payloads); floor = MB at the copy bandwidth measured in the same "
+             "run (every rank at once, 64 MiB / n ranks per buffer); ratio = median / floor",
+             head, "-" * len(head)]
+    for s in runs:
+        lines.append(f"{run_columns(s)} {'copy':<9} {'GB/s:':>8} {s.traffic['bandwidth'] / 1e9:>10.2f}")
+        for ph, nbytes, fl, med in s.traffic["rows"]:
+            if math.isnan(nbytes):
+                lines.append(f"{run_columns(s)} {ph:<9} {'no model':>8} {'':>10} {1e3 * med:>10.4f}")
+                continue
+            r = med / fl if math.isfinite(fl) and fl > 0 else math.nan
+            lines.append(f"{run_columns(s)} {ph:<9} {nbytes / 1e6:>8.4g} {1e3 * fl:>10.4f} {1e3 * med:>10.4f} {r:>7.2f}")
     return "\n".join(lines)

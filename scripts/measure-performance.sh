@@ -5,7 +5,10 @@
 # list of commands as docs/performance.md states them, without the interleaving with a previous
 # commit — run this script from two checkouts alternately for that.)
 #
-#   bash scripts/measure-performance.sh [TARGET...]     # targets: 2 2-a9a 4 5 6 7 (default: all but 7)
+#   bash scripts/measure-performance.sh [TARGET...]     # targets: 2 2-a9a 4 5 6 7 traffic n32
+#                                                       # (default: 2 2-a9a 4 5 6)
+#   NP=32 bash scripts/measure-performance.sh 5         # start-up at -n NP (default 32)
+#   GRID="0 2 7 4" ITERS=40 bash scripts/measure-performance.sh traffic   # issue 31 target 1
 #   AUTHORS=/tmp/Paper_9107_code bash scripts/measure-performance.sh 7
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,10 +44,11 @@ for t in "${targets[@]}"; do
         --set 'problem.reference="none"' --set run.iterations=40 --set run.eval_every=10 --set run.tolerance=0 \
         --set 'sweep.algorithm=["diana"]' --set 'sweep.compressor=["qsgd:s=64"]' -q -o "$out/t4.h5" --overwrite ;;
     5)
-      say "target 5: start-up at -n 32, warm cache: bare, then hpcgc, three times interleaved (seconds)"
+      np_=${NP:-32}
+      say "target 5: start-up at -n $np_, warm cache: bare, then hpcgc, three times interleaved (seconds)"
       for i in 1 2 3; do
-        /usr/bin/time -f "bare %e s" "$MPIEXEC" -n 32 "$PY" -c "from mpi4py import MPI; import numpy, numba; MPI.COMM_WORLD.Barrier()"
-        /usr/bin/time -f "hpcgc %e s" "$MPIEXEC" -n 32 "$PY" -m hpcgc.bench --set run.iterations=1 \
+        /usr/bin/time -f "bare %e s wall, %U + %S s cpu (all ranks)" "$MPIEXEC" -n "$np_" "$PY" -c "from mpi4py import MPI; import numpy, numba; MPI.COMM_WORLD.Barrier()"
+        /usr/bin/time -f "hpcgc %e s wall, %U + %S s cpu (all ranks)" "$MPIEXEC" -n "$np_" "$PY" -m hpcgc.bench --set run.iterations=1 \
           --set 'sweep.algorithm=["diana"]' --set 'sweep.compressor=["qsgd:s=2"]' -o "$out/t5.h5" --overwrite -q
       done ;;
     6)
@@ -56,6 +60,17 @@ for t in "${targets[@]}"; do
       : "${AUTHORS:?set AUTHORS to a checkout of bokun-wang/Paper_9107_code at 144c6f35}"
       bash scripts/vs-authors.sh "$AUTHORS" 3 2000
       bash scripts/vs-authors.sh "$AUTHORS" 3 2000 --set run.wait_phases=false ;;
-    *) echo "unknown target $t (2 2-a9a 4 5 6 7)" >&2; exit 2 ;;
+    traffic)
+      say "issue 31 target 1: d = 2^20 does-it-pay grid points ${GRID:-0 2 7 4}, n = 2: phases against their memory-traffic floor"
+      for g in ${GRID:-0 2 7 4}; do
+        "$MPIEXEC" -n 2 "$PY" -m hpcgc.bench floor --config jobs/experiments/does-it-pay.toml --grid-index "$g" \
+          --set run.iterations="${ITERS:-40}" --set run.eval_every=10 --set run.tolerance=0 -q \
+          -o "$out/traffic-$g.h5" --overwrite
+      done ;;
+    n32)
+      say "issue 31 target 3: the default experiment at -n ${NP:-32} (median iteration / collectives, / collectives + kernels)"
+      "$MPIEXEC" -n "${NP:-32}" "$PY" -m hpcgc.bench floor --config jobs/experiments/default.toml \
+        --set run.iterations="${ITERS:-2000}" --set run.tolerance=0 -q -o "$out/n32.h5" --overwrite ;;
+    *) echo "unknown target $t (2 2-a9a 4 5 6 7 traffic n32)" >&2; exit 2 ;;
   esac
 done

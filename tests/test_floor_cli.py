@@ -48,6 +48,16 @@ def test_floor_command_table_and_file(tmp_path, n):
         assert run.attrs["floor_ratio_kernels"] == pytest.approx(row["ratio_kernels"], abs=0.006)
         assert row["collectives"].startswith("gather ") and row["collectives"].endswith(f"bcast 8 B, bcast {8 * d} B")
         assert set(run.time) >= {"wait_up", "wait_down", "other", "iter"}
+    # the memory-traffic floor per phase (hpcgc.traffic): a copy bandwidth and every phase of every run
+    traffic = [line.split() for line in p.stdout.splitlines() if line[:3] in {r["run"] for r in rows}
+               and len(line.split()) > 4 and line.split()[4] in ("copy", "grad", "compress", "server", "other")]
+    assert len(traffic) == 5 * len(rows), show(p)
+    for f in traffic:
+        if f[4] == "copy":
+            assert float(f[6]) > 0                                  # GB/s
+        elif f[4] != "other":
+            mb, fl, med, ratio = map(float, f[5:9])       # (printed to 4 decimals of ms: no ratio check at this size)
+            assert mb > 0 and fl > 0 and med > 0 and ratio > 0
 
 
 def test_bad_floor_seconds_is_one_message_exit_2_no_file(tmp_path):

@@ -63,3 +63,37 @@ def test_dense_gradient_has_the_numpy_paths_bits(kind, seed):
     assert np.array_equal(obj.grad(x, rows), want)
     assert np.array_equal(obj.grad(list(x[::-1])[::-1]), obj.grad(x))          # any array-like iterate
     assert np.array_equal(obj.grad(np.repeat(x, 2)[::2]), obj.grad(x))          # a strided one
+
+
+@pytest.mark.parametrize("kind", ["logreg", "sigmoid-loss", "ridge"])
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("dense", [False, True])
+def test_fused_gradient_has_the_bits_of_gradient_then_numpy(kind, seed, dense):
+    """Objective.grad_to (one pass over the d-vectors: compact scatter, then g, g − h or e + γg
+    written in place) against grad() followed by numpy's expressions: the same bits, including
+    columns no row touches (0.0 + l2·x), negative zeros in h and e, and an empty shard."""
+    from hpcgc.losses import ACCUMULATE, GRAD, MINUS
+    from hpcgc.problems import local_grad
+    rng = np.random.default_rng(200 + seed)
+    m, d = int(rng.integers(0, 300)), int(rng.integers(1, 400))
+    A = sp.random(m, d, density=float(rng.uniform(0.0, 0.2)), format="csr", random_state=seed,
+                  data_rvs=lambda k: rng.standard_normal(k) * 10.0 ** rng.uniform(-3, 3, k))
+    y = rng.choice([-1.0, 1.0], m) if kind != "ridge" else rng.standard_normal(m)
+    w = rng.uniform(0.1, 2.0, m) / max(m, 1)
+    x = rng.standard_normal(d) * 3.0
+    x[rng.random(d) < 0.1] = -0.0
+    obj = Objective(kind, A.toarray() if dense else A, y, w, l2=float(rng.choice([0.0, rng.uniform(0, 1)])))
+    h = rng.standard_normal(d)
+    h[rng.random(d) < 0.2] = -0.0
+    e = rng.standard_normal(d)
+    e[rng.random(d) < 0.2] = -0.0
+    g = obj.grad(x)
+    out = np.full(d, np.nan)
+    assert np.array_equal(obj.grad_to(x, out, GRAD), g) and np.array_equal(np.signbit(out), np.signbit(g))
+    want = g - h
+    got = local_grad(obj, x, None, np.full(d, np.nan), MINUS, h)
+    assert np.array_equal(got, want) and np.array_equal(np.signbit(got), np.signbit(want))
+    want = e.copy()
+    want += 0.37 * g
+    got = local_grad(obj, x, None, e.copy(), ACCUMULATE, gamma=0.37)
+    assert np.array_equal(got, want) and np.array_equal(np.signbit(got), np.signbit(want))

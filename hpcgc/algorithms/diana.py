@@ -27,9 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError
-from ..problems import prox_l1
+from ..losses import MINUS
+from ..problems import local_grad, prox_l1
 from .base import LEARNING_RATE, NO_CONSTANT, SMOOTH, STRONGLY_CONVEX, Algorithm, learning_rate
-from .kernels import shifted_step
+from .kernels import shifted_step, step_from_sum
 from .kernels import warm as warm_step
 
 
@@ -209,7 +210,10 @@ class Diana(Algorithm):
     def worker_compute(self, state: WorkerState, x: np.ndarray, problem, rng):
         """g_i = ∇f_i(x) (or a mini-batch estimate); keeps Δ_i = g_i − h_i."""
         rows = rng.choice(problem.A.shape[0], size=self.batch, replace=False) if self.batch else None
-        np.subtract(problem.grad(x, rows), state.h, out=state.delta)
+        if self.alpha == 0.0:           # DCGD: h_i stays 0 and g − 0 = g bit for bit: h is not read
+            local_grad(problem, x, rows, state.delta)
+        else:
+            local_grad(problem, x, rows, state.delta, MINUS, state.h)
 
     overlaps = True
 
@@ -247,7 +251,17 @@ class Diana(Algorithm):
         return self._step(state)
 
     def server_reduced(self, state: ServerState, add_sum) -> np.ndarray:
-        """The same step from the aggregate m = Σ_i w_i C(Δ_i) decoded from an Allreduce sum."""
+        """The same step from the aggregate m = Σ_i w_i C(Δ_i) decoded from an Allreduce sum; when
+        the aggregate is the sum itself times a scale (``add_sum.dense``, the uncompressed
+        Allreduce), one fused pass reads the sum (:func:`~.kernels.step_from_sum`, same bits)."""
+        dense = getattr(add_sum, "dense", None)
+        if dense is not None and type(self)._step is Diana._step:
+            total, scale = dense
+            step_from_sum(state.x, state.h, state.v, total, scale, self.gamma, self.alpha, self.beta,
+                          self.alpha != 0.0)
+            if self.l1:
+                prox_l1(state.x, self.gamma * self.l1)
+            return state.x
         state.m[:] = 0.0
         add_sum(state.m)
         return self._step(state)

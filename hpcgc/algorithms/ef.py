@@ -37,6 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError
+from ..losses import ACCUMULATE
+from ..problems import local_grad
 from .base import LEARNING_RATE, NO_CONSTANT, SMOOTH, STRONGLY_CONVEX, Algorithm
 
 PLAN_D = 2**20
@@ -151,6 +153,7 @@ class EF(ErrorFeedback):
     """EF14 / EF-SGD: compress γ·g_i plus the memory of what was not sent."""
 
     name = "ef"
+    steps_in_place = True              # server_step / server_reduced: state.x -= …, return state.x
     collectives = ("gather", "allreduce", "allgather", "reduce-scatter")
 
     def __init__(self, compressors, *, d, n_workers, weights, problem_info, options):
@@ -177,7 +180,7 @@ class EF(ErrorFeedback):
     def worker_compute(self, state: WorkerState, x: np.ndarray, problem, rng):
         """e_i ← e_i + γ·g_i with g_i = ∇f_i(x) (or a mini-batch estimate)."""
         rows = rng.choice(problem.A.shape[0], size=self.batch, replace=False) if self.batch else None
-        state.e += self.gamma * problem.grad(x, rows)
+        local_grad(problem, x, rows, state.e, ACCUMULATE, gamma=self.gamma)   # one pass: e + γ·g
 
     overlaps = True
 

@@ -110,6 +110,9 @@ class SumCodec(ABC):
 class DenseSum(SumCodec):
     """``identity``: the vector itself, float32 (rounded, as the Gatherv payload) or float64."""
 
+    dense_sum = True
+    """The decoded aggregate is scale·sum element by element (``hpcgc.exchange.allreduce.Aggregate``)."""
+
     def __init__(self, d: int, fp64: bool):
         self.d = d
         self.dtype = np.float64 if fp64 else np.float32
@@ -126,7 +129,9 @@ class DenseSum(SumCodec):
             np.multiply(x, weight, out=self._v, casting="unsafe")
         if not np.isfinite(self._v).all():
             raise ValueError("identity: input contains a non-finite value or exceeds the float32 range")
-        self._own = self._v.copy() if weight == 1.0 else x.astype(self.dtype)
+        # own message: the round vector itself (the Allreduce reads it into a separate sum; nothing
+        # writes it before own_add), no copy; with a weight, the unweighted vector
+        self._own = self._v if weight == 1.0 else x.astype(self.dtype)
         return self._v
 
     def decode_add(self, total, out, scale=1.0):

@@ -28,7 +28,7 @@ class Allgather(Exchange):
         t1 = wtime()
         got = self.t.allgatherv(msg)
         t2 = wtime()
-        self.x[:] = self.alg.server_step(ss, self._messages(got))
+        self._set_x(self.alg.server_step(ss, self._messages(got)))
         t3 = wtime()
         self._stepped()
         return (0.0, *self._late_sender(t0, t1, t2), t3 - t2, 0.0, 0.0)

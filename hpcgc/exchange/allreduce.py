@@ -29,6 +29,23 @@ from ..transport import wtime
 from .base import DIVERGED, Exchange
 
 
+class Aggregate:
+    """``add_sum(out)``: out += the decoded aggregate of the last round's sum (what
+    ``Algorithm.server_reduced`` calls). ``dense`` = (sum, scale) when that aggregate is the sum
+    itself times ``scale``, element by element (``identity``: :class:`~hpcgc.compressors.summable.DenseSum`),
+    so that an algorithm may read the sum in its step instead of decoding it into a vector first
+    (DIANA/DCGD: :func:`hpcgc.algorithms.kernels.step_from_sum`); else None."""
+
+    __slots__ = ("codec", "dense", "scale", "total")
+
+    def __init__(self, codec, total, scale: float):
+        self.codec, self.total, self.scale = codec, total, scale
+        self.dense = (total, scale) if getattr(codec, "dense_sum", False) else None
+
+    def __call__(self, out) -> None:
+        self.codec.decode_add(self.total, out, self.scale)
+
+
 class Allreduce(Exchange):
     name = "allreduce"
     summary = "every rank sums the messages with MPI_Allreduce (summable compressors only), no server"
@@ -68,7 +85,7 @@ class Allreduce(Exchange):
                 v = codec.advance(r + 1, total)
                 extra += wtime() - t2
         t2 = wtime()
-        self.x[:] = self.alg.server_reduced(ss, lambda out: codec.decode_add(self.sums[-1], out, self.scale))
+        self._set_x(self.alg.server_reduced(ss, Aggregate(codec, self.sums[-1], self.scale)))
         t3 = wtime()
         self.alg.worker_sent(self.ws, codec.own_add)
         t4 = wtime()

@@ -138,7 +138,7 @@ class ReduceScatter(Exchange):
         def add_sum(out):
             for j, (c, (a, b)) in enumerate(zip(codecs, bounds)):
                 c.add(got[dis[j]:dis[j] + cnt[j]], out[a:b], s2)
-        self.x[:] = self.alg.rs_reduced(ss, add_sum, dense)
+        self._set_x(self.alg.rs_reduced(ss, add_sum, dense))
         t7 = wtime()
         self._stepped()
         wait_up, up = self._late_sender(t0, t1, t2)

@@ -7,7 +7,7 @@ computed on rank 0 only, on the global objective, outside the timed phases.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -64,6 +64,7 @@ class RunSummary:
     floor_collectives: str = ""         # the collective sequence the floor timed (rank 0's sizes)
     floor_kernels_ms: float = np.nan    # the floor + the run's own kernels timed alone (hpcgc.floor.kernels)
     floor_ratio_kernels: float = np.nan  # median_iter_ms / floor_kernels_ms
+    traffic: dict = field(default_factory=dict)   # rank 0's memory-traffic floor per phase (hpcgc.floor.traffic)
     point: int = 0                      # the grid point (repeats of one point share it)
     repeat: int = 0                     # 0 … run.repeats − 1
     seed: int = 0
@@ -381,7 +382,7 @@ class Run:
         floor = None
         if self.floor:
             from ..floor import run_floor
-            floor = run_floor(self, t, done, state=(ws, ss, x, s.local, self.rng), seconds=self.floor)
+            floor = run_floor(self, t, done, state=(ws, ss, x, s.local, self.rng), clock=clock, seconds=self.floor)
         return self._finish(rw, x, done, blew_up, clock, ledger, outcome, one_time, crossed, watch.last_row, floor)
 
     def _overflow(self, done: int) -> str | None:
@@ -442,11 +443,13 @@ class Run:
             med_iter = 1e3 * float(np.median(pr[:, :, PHASES.index("iter")]))
         else:
             med_iter = mean_ms["iter"]
-        extra = {}
+        extra, traffic = {}, {}
         if self.overlap_buckets:                 # run.overlap: rank 0's window (the break-even model's H)
             extra["overlap_window_seconds"] = self.ex.window_seconds()
         if floor is not None:
-            extra = {**floor, "floor_ratio": 1e-3 * med_iter / floor["floor_seconds"]
+            floor = dict(floor)
+            traffic = floor.pop("floor_traffic", {})         # printed by `floor`, not stored
+            extra = {**extra, **floor, "floor_ratio": 1e-3 * med_iter / floor["floor_seconds"]
                      if floor["floor_seconds"] > 0 else np.nan}
             fk = floor.get("floor_kernels_seconds", np.nan)
             extra["floor_ratio_kernels"] = 1e-3 * med_iter / fk if fk > 0 else np.nan
@@ -466,7 +469,8 @@ class Run:
             floor_ms=1e3 * extra.get("floor_seconds", np.nan), floor_ratio=extra.get("floor_ratio", np.nan),
             floor_collectives=extra.get("floor_collectives", ""),
             floor_kernels_ms=1e3 * extra.get("floor_kernels_seconds", np.nan),
-            floor_ratio_kernels=extra.get("floor_ratio_kernels", np.nan), point=self.rp.index, repeat=self.rp.repeat,
+            floor_ratio_kernels=extra.get("floor_ratio_kernels", np.nan), traffic=traffic,
+            point=self.rp.index, repeat=self.rp.repeat,
             seed=int(r["seed"]), loop_s=float(clock.totals[PHASES.index("iter")]),
             reached=outcome.status == "completed" and outcome.reason.startswith("tolerance"),
             mb_inter=float(sent[:, 2].sum()) / 1e6, mb_intra=float(sent[:, 3].sum()) / 1e6, topology=r["topology"])

@@ -1,0 +1,231 @@
+"""The memory-traffic floor of a run's phases (``python -m hpcgc.bench floor``, issue 31 target 1).
+
+At d = 2²⁰ the method's own phases are memory-bound: a pass over one float64 d-vector moves
+8 MiB. For each phase of rank 0's iteration this module counts the bytes the *mathematics* of the
+phase must read and write — from the data (the shard's nonzeros, the distinct columns it touches,
+its rows), the d-vectors the recursion reads and updates, and the payloads that really went
+through MPI (the transport's ledger) — and divides them by the copy bandwidth measured in the
+same run (:func:`copy_bandwidth`). The measured phase median over that time is the phase's
+**traffic ratio**: 1 is a kernel that moves nothing but what the step needs, at copy speed.
+
+What "the mathematics needs" means here, per phase (rank 0; d coordinates, a CSR shard of m rows
+with z nonzeros in u distinct columns, index width I bytes, payload P bytes, K entries decoded per
+message — d for dense formats, k for top-k / rand-k):
+
+    grad      the margins' pass over the nonzeros (z·(8 + I) + the row pointers (m + 1)·I), x at
+              the u columns (8u), labels and weights (16m), the scatter's second pass over the
+              nonzeros (z·(8 + I)) and its read-modify-write of the gradient at the u columns
+              (16u), the ℓ2 term's read of x (8d, when l2 ≠ 0), the output written once (8d);
+              DIANA reads its shift h (8d: Δ = g − h written in the same pass); EF reads and
+              writes its memory e instead of writing a message (e ← e + γg in place: 16d)
+    compress  the message read once per pass the compressor needs (``PASSES``: 2 for the
+              norm-scaled quantizers, whose scale is known after a pass), the payload written
+              (P); the worker's own decode where the recursion uses it (DIANA's h ← h + αC(Δ),
+              EF's e ← e − sC(e)): P read and 16K (read-modify-write of K entries);
+              ``allreduce``: the wire vector written (4d float32, 8d fp64)
+    server    ``gather`` / ``allgather``: n payloads read and decoded into the aggregate
+              (the first written, 8K, the others read-modify-write, 16K); ``allreduce``: the
+              summed wire vector read once; ``reduce-scatter``: the owner's n stage-1 pieces of
+              its segment (P₁ + 16d/n each), the re-compression of the segment (its passes,
+              its payload), the n stage-2 payloads decoded into the aggregate (P₂ + 8d) —
+              then the step: x read and written (16d), DIANA's h read and written (16d, α ≠ 0),
+              the heavy-ball v (16d, β ≠ 0), the aggregate read (8d, when it is a d-vector of
+              its own: not under ``allreduce``, whose sum is read in the step itself). For
+              sparse messages (top-k) EF's step touches only the decoded entries: x at nK
+              (16nK), no d-vector
+    other     hpcgc's bookkeeping: no bytes (the measured figure is shown, no ratio)
+
+Only DCGD, DIANA and EF with a sparse (CSR) or dense shard have a model; other methods print
+``no model``. A gather between ranks is counted as a stream of the touched bytes (8 bytes per
+float64, not a 64-byte line): the floor is a lower bound, as a floor should be.
+
+``tests/test_traffic.py`` checks the counts against a hand count on a small problem.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+PHASES = ("grad", "compress", "server", "other")
+PASSES = {"qsgd": 2, "qsgd-elias": 2, "natural-dither": 2, "terngrad": 2, "quant": 2, "block-quant": 2}
+"""Passes over the message a compressor needs (its scale — a norm — is known after one pass);
+every other compressor: one."""
+COPY_BYTES = 64 << 20
+"""Bytes of each buffer of the copy-bandwidth measurement in one process; with a transport of n
+ranks, COPY_BYTES / n (at least 8 MiB): together the ranks copy beyond the last-level cache
+without 32 ranks allocating 4 GiB."""
+MODELLED = ("dcgd", "diana", "ef")
+
+
+def copy_bandwidth(transport=None, nbytes: int | None = None, batches: int = 7) -> float:
+    """Bytes per second of ``np.copyto`` between two buffers of ``nbytes`` (default
+    :data:`COPY_BYTES`, divided among a transport's ranks; read + write counted, STREAM's
+    convention), the median of ``batches`` copies. With a transport every rank copies at the same
+    time (as they compute in a run: they share the memory system) and every rank gets rank 0's
+    figure (collective)."""
+    if nbytes is None:
+        nbytes = COPY_BYTES if transport is None else max(8 << 20, COPY_BYTES // transport.size)
+    src = np.ones(nbytes // 8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)                      # first touch
+    if transport is not None:
+        transport.sync()
+    times = []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - t0)
+    bw = 2.0 * src.nbytes / float(np.median(times))
+    return float(transport.bcast_object(bw)) if transport is not None else bw
+
+
+def shard_counts(A) -> dict:
+    """The data side of the gradient's count: rows m, nonzeros z, distinct columns u, index width I
+    (CSR), or None for a shard that is not a matrix (models)."""
+    if A is None:
+        return None
+    if hasattr(A, "indptr"):
+        z = int(A.indptr[-1])
+        u = int(np.unique(A.indices[:z]).size) if z else 0
+        return {"sparse": True, "m": int(A.shape[0]), "z": z, "u": u, "I": int(A.indices.dtype.itemsize)}
+    m, d = A.shape
+    return {"sparse": False, "m": int(m), "z": int(m * d), "u": int(d), "I": 0}
+
+
+def grad_items(algorithm: str, d: int, shard: dict, l2: float) -> list:
+    """(item, bytes) of one full gradient of the shard and the algorithm's use of it (module doc)."""
+    m, z, u, ix = shard["m"], shard["z"], shard["u"], shard["I"]
+    if shard["sparse"]:
+        items = [("nonzeros, margins pass", z * (8 + ix) + (m + 1) * ix), ("x at the shard's columns", 8 * u),
+                 ("labels and weights", 16 * m), ("nonzeros, scatter pass", z * (8 + ix)),
+                 ("gradient at the shard's columns (read-modify-write)", 16 * u)]
+    else:
+        items = [("matrix, margins pass", 8 * z), ("x", 8 * d), ("labels and weights", 16 * m),
+                 ("matrix, transposed product", 8 * z)]
+    if l2:
+        items.append(("x for the l2 term", 8 * d))
+    if algorithm == "ef":
+        items.append(("memory e read and written (e + γg in place)", 16 * d))
+    else:
+        items.append(("message written (g, or g - h)", 8 * d))
+        if algorithm == "diana":
+            items.append(("shift h read", 8 * d))
+    return items
+
+
+def kept_entries(comp, d: int) -> int:
+    """Entries a payload of ``comp`` decodes into: k for a fixed-k sparse format, else d."""
+    from .compressors.base import FixedKSparse
+    return int(comp.params["k"]) if isinstance(comp, FixedKSparse) and "k" in comp.params else d
+
+
+def compress_items(algorithm: str, comp, collective: str, d: int, payload: float, own_decode: bool) -> list:
+    """(item, bytes) of the worker's message (module doc): ``payload`` = this rank's mean payload
+    bytes per iteration (``allreduce``: the wire vector's)."""
+    passes = PASSES.get(comp.name, 1)
+    items = [(f"message read ({passes} pass{'es' if passes > 1 else ''})", 8 * d * passes),
+             ("payload written" if collective != "allreduce" else "wire vector written", payload)]
+    if own_decode:
+        k = kept_entries(comp, d)
+        items += [("own payload read (own decode)", payload), ("own decode: state read-modify-write", 16 * k)]
+    return items
+
+
+def server_items(algorithm: str, comp, collective: str, d: int, n: int, payloads, wire: float,
+                 alpha: float, beta: float, rs: dict | None = None) -> list:
+    """(item, bytes) of rank 0's server phase (module doc): ``payloads`` = the n workers' mean
+    payload bytes (gather, allgather), ``wire`` = the summed wire vector's bytes (allreduce), ``rs`` =
+    reduce-scatter's stage sizes (``p1``: rank 0's received stage-1 bytes, ``p2``: all stage-2 bytes,
+    ``seg``: its segment's length, ``p2_own``: its own stage-2 payload)."""
+    k = kept_entries(comp, d)
+    sparse = k < d
+    items = []
+    if collective == "allreduce":
+        items.append(("summed wire vector read", wire))
+    elif collective == "reduce-scatter":
+        seg = rs["seg"]
+        items += [("stage-1 pieces read", rs["p1"]), ("segment sum (first written, others read-modify-write)",
+                                                      8 * seg + 16 * seg * (n - 1)),
+                  ("stage-2 payloads read", rs["p2"]), ("aggregate written", 8 * d)]
+    else:
+        items.append(("payloads read", float(sum(payloads))))
+        if not (sparse and algorithm == "ef"):
+            items.append(("aggregate (first written, others read-modify-write)", 8 * k + 16 * k * (n - 1)))
+    if sparse and algorithm == "ef" and collective in ("gather", "allgather"):
+        items.append(("x at the decoded entries (read-modify-write)", 16 * k * n))
+        return items
+    items.append(("x read and written", 16 * d))
+    if collective != "allreduce":
+        items.append(("aggregate read by the step", 8 * d))
+    if algorithm == "diana" and alpha:
+        items.append(("shift h read and written", 16 * d))
+    if beta:
+        items.append(("heavy-ball v read and written", 16 * d))
+    return items
+
+
+def rank0_items(run, local, ledger_per_rank: np.ndarray) -> dict | None:
+    """Phase → [(item, bytes)] of rank 0's iteration, or None when the run has no model (module doc).
+    ``ledger_per_rank``: every rank's mean bytes per iteration per collective (``LEDGER`` order)."""
+    from .transport import LEDGER
+    alg, r = run.alg, run.r
+    name, coll = r["algorithm"], r["collective"]
+    shard = shard_counts(getattr(local, "A", None))
+    if name not in MODELLED or shard is None or 0 not in run.s.worker_ranks:
+        return None
+    d, n = run.s.d, run.s.n_workers
+    comp = run.comps[0]
+    alpha = float(getattr(alg, "alpha", 0.0))
+    beta = float(getattr(alg, "beta", 0.0))
+    col = {c: ledger_per_rank[:, LEDGER.index(c)] for c in LEDGER}
+    own_decode = (name == "diana" and alpha != 0.0) or name == "ef"
+    rs = None
+    if coll == "allreduce":
+        mine = wire = float(col["Allreduce"][0])
+        payloads = []
+    elif coll == "reduce-scatter":
+        from .compressors import segments as seg
+        bounds = seg.bounds(d, n)
+        mine = float(col["Alltoallv"][0]) * n / max(n - 1, 1)          # all n segments, own included
+        rs = {"seg": bounds[0][1] - bounds[0][0], "p1": mine, "p2": float(col["Allgatherv"].sum()),
+              "p2_own": float(col["Allgatherv"][0])}
+        payloads, wire = [], 0.0
+    else:
+        kind = "Gatherv" if coll == "gather" else "Allgatherv"
+        payloads = [float(col[kind][rk]) for rk in run.s.worker_ranks]
+        mine, wire = payloads[run.s.worker_ranks.index(0)], 0.0
+    comp_items = compress_items(name, comp, coll, d, mine, own_decode)
+    if coll == "reduce-scatter":
+        passes = PASSES.get(comp.name, 1)
+        comp_items += [(f"segment re-compression: sum read ({passes} pass{'es' if passes > 1 else ''})",
+                        8 * rs["seg"] * passes), ("stage-2 payload written", rs["p2_own"])]
+    return {"grad": grad_items(name, d, shard, float(getattr(local, "l2", 0.0))),
+            "compress": comp_items,
+            "server": server_items(name, comp, coll, d, n, payloads, wire, alpha, beta, rs),
+            "other": []}
+
+
+def phase_medians(per_iteration: np.ndarray | None, totals: np.ndarray, done: int) -> dict:
+    """Rank 0's median seconds per phase (``compress`` includes the exchange's extra compress time,
+    as the clock records it); the means when iterations were not kept."""
+    from .run.observers import PHASES as CLOCK
+    if per_iteration is not None and done:
+        rows = per_iteration[:done]
+        return {ph: float(np.median(rows[:, CLOCK.index(ph)])) for ph in PHASES}
+    return {ph: float(totals[CLOCK.index(ph)]) / max(done, 1) for ph in PHASES}
+
+
+def traffic_rows(items: dict | None, medians: dict, bandwidth: float) -> list:
+    """[(phase, bytes, floor seconds, measured median seconds)] — bytes NaN where the run has no
+    model, floor NaN for ``other`` (no bytes)."""
+    rows = []
+    for ph in PHASES:
+        b = float(sum(v for _, v in items[ph])) if items is not None else np.nan
+        rows.append((ph, b, b / bandwidth if ph != "other" else np.nan, medians[ph]))
+    return rows
+
+
+def ratio(median: float, floor: float) -> float:
+    """median / floor; NaN where the floor is 0 or unknown."""
+    return median / floor if np.isfinite(floor) and floor > 0 else np.nan

@@ -1,0 +1,109 @@
+"""One phase's kernels of a d = 2²⁰ does-it-pay run, called REPEAT times on rank 0's kind of shard,
+with no MPI: the unit the instruction counts of ``docs/performance.md`` (issue 31) are taken on.
+
+    python scripts/phase-kernels.py PHASE [--repeat K] [--rows 4000] [--d 1048576]
+
+PHASE: ``grad-dcgd`` / ``grad-diana`` / ``grad-ef`` (the worker's ``worker_compute`` of DCGD, DIANA,
+EF on a ``synthetic:sparse`` shard of ROWS rows, 40 nonzeros per row), ``server-allreduce`` (DCGD's
+step from an Allreduce's float32 sum, as ``hpcgc.exchange.allreduce`` hands it), ``compress-identity``
+(the uncompressed Allreduce's round vector), ``server-ef-topk`` (EF's step from two ``topk:k=16384``
+payloads). The calls go through the algorithms' and codecs' public methods, so the script measures
+any checkout it is run from (``PYTHONPATH=<checkout>``): the before/after figures compare two.
+
+Instruction counts: run it under ``valgrind --tool=callgrind`` with ``--repeat 0`` and with
+``--repeat K`` and divide the difference of the totals by K (perf's hardware counters are not
+available in this VM; both runs make one untimed call first, so the kernels' loading from numba's
+cache and the first touch of the buffers cancel out):
+
+    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p python scripts/phase-kernels.py grad-dcgd --repeat 0
+    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p python scripts/phase-kernels.py grad-dcgd --repeat 5
+    callgrind_annotate /tmp/cg.<pid> | head        # "PROGRAM TOTALS"
+
+Each call is also timed (``time.perf_counter``, median) and printed with the bytes of
+:mod:`hpcgc.traffic`'s model for the phase.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("phase", choices=("grad-dcgd", "grad-diana", "grad-ef", "server-allreduce",
+                                      "compress-identity", "server-ef-topk"))
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--rows", type=int, default=4000)
+    ap.add_argument("--d", type=int, default=2**20)
+    a = ap.parse_args()
+
+    from hpcgc import algorithms, compressors
+    from hpcgc.data.sparse import SparseGenerator
+    from hpcgc.problems import Objective
+
+    d = a.d
+    gen = SparseGenerator(n=a.rows, d=d, nnz=40, zipf=1.1, snr=4.0, seed=0)
+    ds = gen.rows(0, a.rows)
+    obj = Objective("logreg", ds.X, ds.y, np.full(a.rows, 1.0 / a.rows), 1e-3)
+    info = {"L_max": 1.0, "L": 1.0, "mu": 1e-3, "kind": "logreg"}
+    name = {"grad-dcgd": "dcgd", "grad-diana": "diana", "grad-ef": "ef", "server-allreduce": "dcgd",
+            "compress-identity": "dcgd", "server-ef-topk": "ef"}[a.phase]
+    spec = {"server-ef-topk": "topk:k=16384", "grad-ef": "topk:k=16384", "grad-diana": "qsgd:s=64"}.get(a.phase, "identity")
+    comp = compressors.make(spec)
+    coll = "allreduce" if spec == "identity" else "allgather"
+    alg = algorithms.make(name, [comp, comp], d=d, n_workers=2, weights=np.full(2, 0.5), problem_info=info,
+                          options={"collective": coll})
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(d) * 1e-3
+    ws = alg.worker_init(0, obj)
+    ss = alg.server_init(x)
+    if hasattr(ws, "h"):
+        ws.h[:] = rng.standard_normal(d) * 1e-3 if name == "diana" else 0.0
+
+    if a.phase.startswith("grad"):
+        def call():
+            alg.worker_compute(ws, x, obj, rng)
+    elif a.phase == "compress-identity":
+        from hpcgc.compressors.summable import DenseSum
+        codec = DenseSum(d, False)
+        g = rng.standard_normal(d)
+
+        def call():
+            codec.begin(g, 1.0, rng)
+    elif a.phase == "server-allreduce":
+        total = rng.standard_normal(d).astype(np.float32)
+        try:
+            from hpcgc.compressors.summable import DenseSum
+            from hpcgc.exchange.allreduce import Aggregate
+            add_sum = Aggregate(DenseSum(d, False), total, 0.5)
+        except ImportError:               # a checkout before the fused step
+            def add_sum(out):
+                out += 0.5 * total
+        x_loop = np.array(x)
+
+        def call():
+            xs = alg.server_reduced(ss, add_sum)
+            if xs is not x_loop:         # the exchange's copy into the loop's x (none when in place)
+                x_loop[:] = xs
+    else:
+        codec = comp.prepared(d)
+        pays = [codec.encode(rng.standard_normal(d), rng) for _ in range(2)]
+        alg.codecs = [codec, codec]
+
+        def call():
+            alg.server_step(ss, list(enumerate(pays)))
+    call()                       # one untimed call in every run, --repeat 0 too: kernel loads, first touches
+    times = []
+    for _ in range(a.repeat):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    if times:
+        print(f"{a.phase}: {a.repeat} calls, median {1e3 * float(np.median(times)):.3f} ms "
+              f"(d = {d}, {a.rows} rows, {obj.A.nnz} nonzeros)")
+
+
+if __name__ == "__main__":
+    main()
