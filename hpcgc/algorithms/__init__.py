@@ -18,8 +18,10 @@ _MODULES: dict[str, tuple[str, str]] = {
     "adiana+": ("adiana_plus:AdianaPlus", "ADIANA+: ADIANA with smoothness-aware compression (Safaryan, Hanzely, Richtárik 2021)"),
     "marina": ("marina:Marina", "MARINA: compressed gradient differences, dense rounds with probability p (Gorbunov et al. 2021)"),
     "diloco": ("diloco:DiLoCo", "DiLoCo: local SGD rounds, compressed pseudo-gradient, outer Nesterov step (Douillard et al. 2023)"),
-    "ef21-sgdm": ("ef21_sgdm:EF21SGDM", "EF21-SGDM: EF21 on a momentum of stochastic gradients, η = 1 − run.momentum (Fatkhullin, Tyurin, Richtárik 2023)"),
-    "dasha": ("dasha:Dasha", "DASHA: MARINA without dense rounds, momentum a = 1/(2ω+1); run.dasha_variant full | page | mvr (Tyurin, Richtárik 2023)"),
+    "ef21-sgdm": ("ef21_sgdm:EF21SGDM", "EF21-SGDM: EF21 on a momentum of stochastic gradients, "
+                  "η = 1 − run.momentum (Fatkhullin, Tyurin, Richtárik 2023)"),
+    "dasha": ("dasha:Dasha", "DASHA: MARINA without dense rounds, momentum a = 1/(2ω+1); "
+              "run.dasha_variant full | page | mvr (Tyurin, Richtárik 2023)"),
     "diana+": ("smoothness:DianaPlus", "DIANA+: DIANA with smoothness-aware compression S_i Q(S_i^- .) (Wang, Safaryan, Richtárik 2022)"),
     "dgc": ("dgc:DGC", "DGC: top-k with momentum correction, factor masking, local clipping, sparsity warm-up (Lin et al. 2018)"),
     "signsgd-mv": ("signsgd_mv:SignSgdMV", "signSGD / Signum with majority vote: 1 bit per coordinate each way (Bernstein et al. 2019)"),

@@ -182,7 +182,7 @@ class OverlapAllreduce(Exchange):
         def own_add(out, weight):
             for (a, b), c in zip(self.buckets, self.codecs):
                 c.own_add(out[a:b], weight)
-        self.x[:] = self.alg.server_reduced(ss, add_sum)
+        self._set_x(self.alg.server_reduced(ss, add_sum))
         t2 = wtime()
         self.alg.worker_sent(self.ws, own_add)
         t3 = wtime()
