@@ -140,8 +140,8 @@ def traffic_table(summaries) -> str:
         lines.append(f"{run_columns(s)} {'copy':<9} {'GB/s:':>8} {s.traffic['bandwidth'] / 1e9:>10.2f}")
         for ph, nbytes, fl, med in s.traffic["rows"]:
             if math.isnan(nbytes):
-                lines.append(f"{run_columns(s)} {ph:<9} {'no model':>8} {'':>10} {1e3 * med:>10.4f}")
+                lines.append(f"{run_columns(s)} {ph:<9} {'no model':>8} {'':>10} {1e3 * med:>10.4g}")
                 continue
             r = med / fl if math.isfinite(fl) and fl > 0 else math.nan
-            lines.append(f"{run_columns(s)} {ph:<9} {nbytes / 1e6:>8.4g} {1e3 * fl:>10.4f} {1e3 * med:>10.4f} {r:>7.2f}")
+            lines.append(f"{run_columns(s)} {ph:<9} {nbytes / 1e6:>8.4g} {1e3 * fl:>10.4g} {1e3 * med:>10.4g} {r:>7.3g}")
     return "\n".join(lines)
