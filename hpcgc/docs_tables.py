@@ -289,7 +289,8 @@ def regenerate(name: str, paths, root: Path = ROOT, force: bool = False, warn=pr
                          "not built from results files (add a builder to rebuild it)")
     campaign = b.get("kind") in ("verdict", "breakeven", "phases")
     if campaign:                         # a jobs/does-it-pay.sh campaign directory (analysis.verdict)
-        files = sorted(p for p in Path(paths[0]).glob("*.h5") if not p.name.endswith("-collectives.h5"))
+        files = sorted(p for p in Path(paths[0]).glob("*.h5") if not p.name.endswith("-collectives.h5")
+                       and (b.get("n") is None or f"-n{int(b['n'])}-" in p.name))
         runs = [r for p in files for r in results.load(p)]
     else:
         runs = results.load(paths[0]) if len(paths) == 1 else [r for p in paths for r in results.load(p)]
@@ -320,7 +321,8 @@ def regenerate(name: str, paths, root: Path = ROOT, force: bool = False, warn=pr
     elif campaign:
         from .analysis import verdict
         camp = Path(paths[0])
-        rows = (verdict.rows(camp) if b["kind"] == "verdict" else verdict.breakeven_rows(camp)
+        only_n = int(b["n"]) if b.get("n") is not None and b["kind"] != "phases" else None
+        rows = (verdict.rows(camp, only_n) if b["kind"] == "verdict" else verdict.breakeven_rows(camp, only_n)
                 if b["kind"] == "breakeven" else
                 verdict.phases_rows(camp, b.get("setting", "emu-1gbit"), int(b.get("n", 4)), b.get("file", "does-it-pay")))
     else:

@@ -86,10 +86,10 @@ def _verdict(t, t_base) -> str:
     return "faster" if t.hi < t_base.lo else "slower"
 
 
-def rows(campaign: Path) -> list[list[str]]:
-    """The verdict table (header first) of a campaign directory."""
+def rows(campaign: Path, n: int | None = None) -> list[list[str]]:
+    """The verdict table (header first) of a campaign directory (only rank count ``n`` if given)."""
     campaign = Path(campaign)
-    checks = _read(campaign / "check-all.csv")
+    checks = [r for r in _read(campaign / "check-all.csv") if n is None or int(r["n"]) == n]
     bases = baselines(_read(campaign / "breakeven-all.csv"))
     groups: dict = {}
     for r in checks:
@@ -114,18 +114,18 @@ BREAKEVEN_COLUMNS = ("experiment", "setting", "n", "target", "method", "collecti
                      "at n = 128", "at n = 1024", "at the runs' n, against fp32")
 
 
-def breakeven_rows(campaign: Path) -> list[list[str]]:
+def breakeven_rows(campaign: Path, n: int | None = None) -> list[list[str]]:
     """The campaign's break-even table (header first): per report and method (baselines left out), the
     modelled break-even bandwidth against the chosen baseline at the runs' n, 128 and 1024 (the
     compressed collectives projected with their cost models, ``docs/cost-models.md``) and against the
     float32 Allreduce at the runs' n — from ``breakeven-all.csv``."""
     table = [list(BREAKEVEN_COLUMNS)]
-    got = _read(Path(campaign) / "breakeven-all.csv")
+    got = [r for r in _read(Path(campaign) / "breakeven-all.csv") if n is None or int(r["n"]) == n]
     for r in sorted(got, key=lambda r: (r["experiment"], r["setting"] != "shm", r["setting"], int(r["n"]),
                                          r["target"])):
         if _TAG.search(r["method"]) or "modelled from" in r["method"]:
             continue
-        table.append([r["setting"], r["n"], r["target"], r["method"], r["collective"], r["baseline"],
+        table.append([r["experiment"], r["setting"], r["n"], r["target"], r["method"], r["collective"], r["baseline"],
                       r["break_even_run_n"], r["break_even_n128"], r["break_even_n1024"],
                       r["break_even_run_n_fp32"]])
     return table
