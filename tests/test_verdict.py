@@ -63,8 +63,10 @@ def test_breakeven_rows_leave_the_baselines_out(tmp_path):
     _write(c / "breakeven-all.csv", [{**r, **cols} for r in rows])
     head, *body = verdict.breakeven_rows(c)
     assert head == list(verdict.BREAKEVEN_COLUMNS)
-    assert [r[3] for r in body] == ["fast"]
-    assert body[0][5:] == ["fp16", "below 3 Gb/s", "below 2 Gb/s", "never", "always"]
+    assert all(len(r) == len(head) for r in body)
+    assert [r[4] for r in body] == ["fast"]
+    assert body[0][6:] == ["fp16", "below 3 Gb/s", "below 2 Gb/s", "never", "always"]
+    assert verdict.breakeven_rows(c, n=8) == [head]          # one rank count per table
 
 
 def test_a_float32_baseline_is_its_own_fp32_line(tmp_path):
