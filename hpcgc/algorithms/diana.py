@@ -222,6 +222,9 @@ class Diana(Algorithm):
         final, then ``ready(a, b)`` (``run.overlap``): the gradient is written into Δ_i itself."""
         rows = rng.choice(problem.A.shape[0], size=self.batch, replace=False) if self.batch else None
         delta, h = state.delta, state.h
+        if self.alpha == 0.0:           # DCGD: h_i stays 0, not read (as in worker_compute)
+            problem.grad(x, rows, out=delta, ready=ready)
+            return
 
         def done(a, b):
             np.subtract(delta[a:b], h[a:b], out=delta[a:b])
