@@ -13,29 +13,13 @@ from hpcgc.algorithms.dgc import DGC, stage_k, warmup_stage
 from hpcgc.algorithms.signsgd_mv import SignSgdMV
 from hpcgc.compressors.sign import SignSum, vote_dtype
 from hpcgc.errors import ConfigError
-from hpcgc.problems import Objective
 from hpcgc.run.setup import check
-
-D, N = 12, 3
-
-
-def shards(seed=0, n=N):
-    """Real logistic-regression shards f_i on random data (no ties in the gradients)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for m in (20, 25, 30)[:n]:
-        A = rng.normal(size=(m, D))
-        y = np.where(rng.random(m) < 0.5, -1.0, 1.0)
-        out.append(Objective("logreg", A, y, np.full(m, 1.0 / m), 0.1, 0.0))
-    return out
+from tests.algo_fixtures import D, N, shards
+from tests.algo_fixtures import make as _make
 
 
 def make(cls, spec, n=N, L=2.0, **opts):
-    r = config.defaults()["run"]
-    r.update(opts)
-    comp = compressors.make(spec).for_run(d=D, n_workers=n)
-    return cls([comp] * n, d=D, n_workers=n, weights=np.full(n, 1.0 / n),
-               problem_info={"L_max": L, "L": L, "mu": 0.1, "kind": "logreg"}, options={**r, "l1": 0.0})
+    return _make(cls, spec, L=L, n=n, for_run=True, **opts)
 
 
 def run(alg, fs, iterations, rng_seed=1):

@@ -12,26 +12,8 @@ from hpcgc import algorithms, compressors, config
 from hpcgc.algorithms.diana import Dcgd
 from hpcgc.algorithms.diloco import DiLoCo
 from hpcgc.errors import ConfigError
-from hpcgc.problems import Objective
 from hpcgc.run.setup import check
-
-D, N = 12, 3
-
-
-def shards(seed=0):
-    rng = np.random.default_rng(seed)
-    out = []
-    for m in (20, 25, 30):
-        A = rng.normal(size=(m, D))
-        y = np.where(rng.random(m) < 0.5, -1.0, 1.0)
-        out.append(Objective("logreg", A, y, np.full(m, 1.0 / m), 0.1, 0.0))
-    return out
-
-
-def options(**kw):
-    r = config.defaults()["run"]
-    r.update(kw)
-    return {**r, "l1": 0.0}
+from tests.algo_fixtures import D, N, options, shards
 
 
 def make(spec, cls=DiLoCo, **opts):

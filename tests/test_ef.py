@@ -13,33 +13,8 @@ from hpcgc import algorithms, compressors, config
 from hpcgc.algorithms.ef import EF
 from hpcgc.algorithms.ef21 import EF21, theory_step
 from hpcgc.errors import ConfigError
-from hpcgc.problems import Objective
 from hpcgc.run.setup import check
-
-D, N = 12, 3
-
-
-def shards(seed=0):
-    """Three real logistic-regression shards f_i on random data (no ties in the gradients)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for m in (20, 25, 30):
-        A = rng.normal(size=(m, D))
-        y = np.where(rng.random(m) < 0.5, -1.0, 1.0)
-        out.append(Objective("logreg", A, y, np.full(m, 1.0 / m), 0.1, 0.0))
-    return out
-
-
-def options(**kw):
-    r = config.defaults()["run"]
-    r.update(kw)
-    return {**r, "l1": 0.0}
-
-
-def make(cls, spec, L=2.0, **opts):
-    comp = compressors.make(spec)
-    return cls([comp] * N, d=D, n_workers=N, weights=np.full(N, 1.0 / N),
-               problem_info={"L_max": L, "L": L, "mu": 0.1, "kind": "logreg"}, options=options(**opts))
+from tests.algo_fixtures import D, N, make, options, shards
 
 
 def topk(v, k):

@@ -16,33 +16,9 @@ from hpcgc.algorithms.dasha import Dasha, momentum_a, theory_step
 from hpcgc.algorithms.ef21 import EF21
 from hpcgc.algorithms.ef21_sgdm import EF21SGDM
 from hpcgc.errors import ConfigError
-from hpcgc.problems import Objective
 from hpcgc.run.setup import check
+from tests.algo_fixtures import D, N, make, shards
 from tests.conftest import run_mpi, show
-
-D, N = 12, 3
-
-
-def shards(seed=0):
-    rng = np.random.default_rng(seed)
-    out = []
-    for m in (20, 25, 30):
-        A = rng.normal(size=(m, D))
-        y = np.where(rng.random(m) < 0.5, -1.0, 1.0)
-        out.append(Objective("logreg", A, y, np.full(m, 1.0 / m), 0.1, 0.0))
-    return out
-
-
-def options(**kw):
-    r = config.defaults()["run"]
-    r.update(kw)
-    return {**r, "l1": 0.0}
-
-
-def make(cls, spec, L=2.0, **opts):
-    comp = compressors.make(spec)
-    return cls([comp] * N, d=D, n_workers=N, weights=np.full(N, 1.0 / N),
-               problem_info={"L_max": L, "L": L, "mu": 0.1, "kind": "logreg"}, options=options(**opts))
 
 
 def agree(alg, ws):
