@@ -292,7 +292,9 @@ def weighted_gram_lambda_max(A, w) -> float:
         op = scipy.sparse.linalg.LinearOperator((m, m), matvec=lambda v: B @ (B.T @ v), dtype=np.float64)
     else:
         op = scipy.sparse.linalg.LinearOperator((d, d), matvec=lambda v: B.T @ (B @ v), dtype=np.float64)
-    return float(scipy.sparse.linalg.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=1e-10)[0])
+    v0 = np.random.default_rng(0).standard_normal(op.shape[0])   # fixed start: same data ⇒ same bits
+    return float(scipy.sparse.linalg.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=1e-10,
+                                           v0=v0)[0])
 
 
 @dataclass

@@ -72,3 +72,16 @@ def test_reference_optimum_with_l1_satisfies_optimality():
 def test_prox_l1_soft_thresholds():
     x = np.array([-3.0, -0.5, 0.0, 0.2, 2.0])
     assert np.allclose(prox_l1(x, 1.0), [-2.0, 0.0, 0.0, 0.0, 1.0])
+
+
+def test_lanczos_lambda_max_is_the_same_bits_every_time():
+    """Above DENSE_EIG_MAX_DIM the Lanczos estimate starts from a fixed vector: same data ⇒ same
+    L_max ⇒ same theory step (ARPACK's own random start moved the 15th digit between runs)."""
+    from hpcgc.problems import DENSE_EIG_MAX_DIM, weighted_gram_lambda_max
+    m, d = DENSE_EIG_MAX_DIM + 500, DENSE_EIG_MAX_DIM + 1500
+    A = sp.random(m, d, density=0.005, random_state=1, format="csr")
+    w = np.full(m, 1.0 / m)
+    got = {weighted_gram_lambda_max(A, w) for _ in range(3)}
+    assert len(got) == 1
+    B = A.toarray() * np.sqrt(w)[:, None]
+    assert got.pop() == pytest.approx(np.linalg.eigvalsh(B @ B.T)[-1], rel=1e-9)
