@@ -5,11 +5,17 @@
 # list of commands as docs/performance.md states them, without the interleaving with a previous
 # commit — run this script from two checkouts alternately for that.)
 #
-#   bash scripts/measure-performance.sh [TARGET...]     # targets: 2 2-a9a 4 5 6 7 traffic n32
+#   bash scripts/measure-performance.sh [TARGET...]     # targets: 2 2-a9a 4 5 6 7 traffic n32 allreduce-emu
 #                                                       # (default: 2 2-a9a 4 5 6)
 #   NP=32 bash scripts/measure-performance.sh 5         # start-up at -n NP (default 32)
 #   GRID="0 2 7 4" ITERS=40 bash scripts/measure-performance.sh traffic   # issue 31 target 1
 #   AUTHORS=/tmp/Paper_9107_code bash scripts/measure-performance.sh 7
+#   ROUNDS=3 ITERS=60 CALLS=100 bash scripts/measure-performance.sh allreduce-emu   # issue 31 target 2 (as root)
+#       an emulated 4-node 1 Gb/s cluster of its own (hpcgc-bare-<pid>, removed again also on failure);
+#       ROUNDS interleaved rounds of: a bare Allreduce of the run's buffer (scripts/allreduce-emu.py bare,
+#       CALLS timed calls, fp32 and fp16), does-it-pay.toml grid points 0 (fp32) and 5 (fp16) with ITERS
+#       iterations and no tolerance stop; then scripts/allreduce-emu.py report (CSV=path: also the
+#       documented table, e.g. CSV=docs/data/performance/allreduce-emu.csv; RATE=1gbit)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -71,6 +77,32 @@ for t in "${targets[@]}"; do
       say "issue 31 target 3: the default experiment at -n ${NP:-32} (median iteration / collectives, / collectives + kernels)"
       "$MPIEXEC" -n "${NP:-32}" "$PY" -m hpcgc.bench floor --config jobs/experiments/default.toml \
         --set run.iterations="${ITERS:-2000}" --set run.tolerance=0 -q -o "$out/n32.h5" --overwrite ;;
-    *) echo "unknown target $t (2 2-a9a 4 5 6 7 traffic n32)" >&2; exit 2 ;;
+    allreduce-emu)
+      rounds=${ROUNDS:-3} iters=${ITERS:-60} calls=${CALLS:-100} rate=${RATE:-1gbit}
+      name=hpcgc-bare-$$ dir="$out/allreduce-emu"
+      say "issue 31 target 2: emulated 4-node $rate cluster ($name), $rounds rounds: bare Allreduce ($calls calls) vs does-it-pay grid points 0, 5 ($iters iterations), rank 0 medians; $(getconf _NPROCESSORS_ONLN) cores"
+      # the ranks run this checkout's venv (emulated-cluster.sh takes mpiexec and python from PATH)
+      abs_py=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
+      export PATH="$(dirname "$abs_py"):$PATH" HPCGC_MPIEXEC="$(cd "$(dirname "$MPIEXEC")" && pwd)/$(basename "$MPIEXEC")"
+      rm -rf "$dir" && mkdir -p "$dir"
+      bash scripts/emulated-cluster.sh up --nodes 4 --rate "$rate" --name "$name"
+      trap 'bash scripts/emulated-cluster.sh down --name "'"$name"'" >/dev/null 2>&1 || true' EXIT
+      trap 'exit 130' INT TERM
+      emu() { bash scripts/emulated-cluster.sh run --name "$name" -- -n 4 "$abs_py" "$@"; }
+      for r in $(seq 1 "$rounds"); do
+        echo "# round $r/$rounds — $(date -u +%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
+        emu scripts/allreduce-emu.py bare --out "$dir/r$r-bare.json" --calls "$calls" --cache "$dir"
+        for pair in "0 fp32" "5 fp16"; do
+          read -r g w <<<"$pair"
+          emu -m hpcgc.bench --config jobs/experiments/does-it-pay.toml --grid-index "$g" \
+            --set run.iterations="$iters" --set run.tolerance=0 -q -o "$dir/r$r-$w.h5" --overwrite
+        done
+      done
+      bash scripts/emulated-cluster.sh down --name "$name"
+      trap - EXIT INT TERM
+      echo "# done — $(date -u +%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
+      "$abs_py" scripts/allreduce-emu.py report "$dir" ${CSV:+--csv "$CSV"} \
+        --note "${NOTE:-load $(cut -d' ' -f1-3 /proc/loadavg) after the rounds; ROUNDS=$rounds ITERS=$iters CALLS=$calls}" ;;
+    *) echo "unknown target $t (2 2-a9a 4 5 6 7 traffic n32 allreduce-emu)" >&2; exit 2 ;;
   esac
 done
