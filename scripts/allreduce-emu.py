@@ -52,34 +52,36 @@ ROUND_FILE = re.compile(r"^r(\d+)-bare\.json$")
 # -- bare: the run's Allreduce alone ----------------------------------------------------------------
 VALUES = ("ones", "gradient")
 """What the bare buffers hold: ``ones`` (1.0, as ``bench collectives``), ``gradient`` (the run's own
-first message: the gradient of this rank's shard at x⁰ = 0, from the experiment file's grid point 0
-— 97.6 % zeros, most of the rest float16 subnormals at d = 2^20; MPICH's float16 SUM is value-dependent)."""
+message: the gradient of this rank's shard at x — x⁰ = 0, the first message, or with ``--x-from`` the
+final iterate of a results file —, from the experiment file's grid point 0; at x⁰ 97.6 % of it is
+zero and most of the rest float16 subnormals, and MPICH's float16 SUM is value-dependent)."""
 
 
-def gradient_values(t, config_path: str, cache: Path | None) -> np.ndarray:
-    """This rank's first message of the run (float64), built by the run's own set-up
-    (:class:`hpcgc.run.setup.DataCache`: shard, objective); cached in ``cache`` (one .npy per rank)."""
-    f = cache / f"gradient-rank{t.rank}-of{t.size}.npy" if cache else None
-    if f is not None and f.exists():
-        return np.load(f)
+def gradient_values(t, config_path: str, x_from: str | None) -> np.ndarray:
+    """This rank's message of the run (float64) at x⁰ = 0 or at ``x_from``'s final iterate, built by
+    the run's own set-up (:class:`hpcgc.run.setup.DataCache`: shard, objective)."""
     from hpcgc import config
     from hpcgc.run.setup import DataCache, plan
     rc = plan(config.load_file(config_path))[0].cfg
     s = DataCache(t).setup(rc)
-    g = s.local.grad(np.zeros(s.d))
-    if f is not None:
-        f.parent.mkdir(parents=True, exist_ok=True)
-        np.save(f, g)
-    return g
+    x = np.zeros(s.d)
+    if x_from:
+        from hpcgc.results import load
+        xf = load(x_from)[0].x_final
+        if xf is None or xf.size != s.d:
+            raise SystemExit(f"allreduce-emu: error: {x_from} has no final iterate of d = {s.d}")
+        x = np.asarray(xf, dtype=np.float64)
+    return s.local.grad(x)
 
 
 def bare(args) -> int:
     from hpcgc.transport import Transport
     t = Transport()
-    out = {"ranks": t.size, "d": args.d, "calls": args.calls, "warmup": args.warmup, "wires": {}}
+    out = {"ranks": t.size, "d": args.d, "calls": args.calls, "warmup": args.warmup, "x_from": args.x_from or "x0",
+           "wires": {}}
     grad = None
     if "gradient" in args.values:
-        grad = gradient_values(t, args.config, Path(args.cache) if args.cache else None)
+        grad = gradient_values(t, args.config, args.x_from)
         if grad.size != args.d:
             raise SystemExit(f"allreduce-emu: error: the run's gradient has d = {grad.size}, not --d {args.d}")
     for label in args.wires:
@@ -209,7 +211,7 @@ def report(args) -> int:
                   f"{r['cycle_ms']:>9.2f} {r['ratio']:>6.3f} {r['bare_ones_ms']:>9.2f} {r['ratio_ones']:>6.3f} "
                   + " ".join(f"{r.get(p, float('nan')):>13.2f}" for p in PHASES))
     print("# iter: rank 0's median iteration (first left out); bare: rank 0's median per Allreduce call (barrier "
-          "before each) of the run's own values (its first message), b2b: those calls back to back (mean); "
+          "before each) of the run's own values (its message at the final iterate), b2b: those calls back to back (mean); "
           "cycle: barrier + call (median: the run's wait_up + comm_up with nothing else); ones: "
           "the same call on buffers of 1.0; ratio = iter / bare, ratio1 = iter / ones")
     print("# medians over rounds [min, max]:")
@@ -247,8 +249,8 @@ def write_csv(rows, out: Path, table: dict, args) -> None:
                        f"python scripts/allreduce-emu.py report DIR --csv {out}",
             "note": "emulated 4-node 1 Gb/s cluster (scripts/emulated-cluster.sh, one rank per node); per wire: "
                     "rank 0's median iteration of does-it-pay.toml's grid point (first iteration left out) and "
-                    "rank 0's median bare Allreduce per call of the same buffer on the same links (the run's "
-                    "own first message, and buffers of 1.0), interleaved rounds; medians over rounds [min, max]"
+                    "rank 0's median bare Allreduce per call of the same buffer on the same links (the run's message at "
+                    "the fp16 run's final iterate, and buffers of 1.0), interleaved rounds; medians over rounds [min, max]"
                     + (f"; {args.note}" if args.note else "")}
     out.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")
     print(f"wrote {out} and its sidecar; render: python -m hpcgc.docs_tables render")
@@ -264,10 +266,10 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--d", type=_positive, default=1 << 20, help="elements per buffer (default 2^20, the run's d)")
     b.add_argument("--wires", nargs="+", choices=list(WIRES), default=list(WIRES))
     b.add_argument("--values", nargs="+", choices=VALUES, default=list(VALUES),
-                   help="what the buffers hold (default both): 1.0, or the run's first message (its gradient at x0)")
+                   help="what the buffers hold (default both): 1.0, or the run's message (its gradient at x)")
     b.add_argument("--config", default="jobs/experiments/does-it-pay.toml",
                    help="experiment file whose grid point 0 gives the gradient (default does-it-pay.toml)")
-    b.add_argument("--cache", help="directory to keep each rank's gradient in (computed once)")
+    b.add_argument("--x-from", metavar="H5", help="the gradient at this results file's final iterate (default x0 = 0)")
     r = sub.add_parser("report", help="medians over the rounds of a directory")
     r.add_argument("dir")
     r.add_argument("--csv", help="write the documented table here (and its .json sidecar)")

@@ -12,10 +12,11 @@
 #   AUTHORS=/tmp/Paper_9107_code bash scripts/measure-performance.sh 7
 #   ROUNDS=3 ITERS=60 CALLS=100 bash scripts/measure-performance.sh allreduce-emu   # issue 31 target 2 (as root)
 #       an emulated 4-node 1 Gb/s cluster of its own (hpcgc-bare-<pid>, removed again also on failure);
-#       ROUNDS interleaved rounds of: a bare Allreduce of the run's buffer (scripts/allreduce-emu.py bare,
-#       CALLS timed calls, fp32 and fp16), does-it-pay.toml grid points 0 (fp32) and 5 (fp16) with ITERS
-#       iterations and no tolerance stop; then scripts/allreduce-emu.py report (CSV=path: also the
-#       documented table, e.g. CSV=docs/data/performance/allreduce-emu.csv; RATE=1gbit)
+#       ROUNDS interleaved rounds of: does-it-pay.toml grid points 0 (fp32) and 5 (fp16) with ITERS
+#       iterations and no tolerance stop, then a bare Allreduce of the runs' buffer (scripts/allreduce-emu.py
+#       bare: CALLS timed calls, fp32 and fp16, holding ones and the run's message at the fp16 run's final
+#       iterate); then scripts/allreduce-emu.py report (CSV=path: also the documented table, e.g.
+#       CSV=docs/data/performance/allreduce-emu.csv; NOTE=text for its sidecar; RATE=1gbit)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -91,12 +92,12 @@ for t in "${targets[@]}"; do
       emu() { bash scripts/emulated-cluster.sh run --name "$name" -- -n 4 "$abs_py" "$@"; }
       for r in $(seq 1 "$rounds"); do
         echo "# round $r/$rounds — $(date -u +%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
-        emu scripts/allreduce-emu.py bare --out "$dir/r$r-bare.json" --calls "$calls" --cache "$dir"
         for pair in "0 fp32" "5 fp16"; do
           read -r g w <<<"$pair"
           emu -m hpcgc.bench --config jobs/experiments/does-it-pay.toml --grid-index "$g" \
             --set run.iterations="$iters" --set run.tolerance=0 -q -o "$dir/r$r-$w.h5" --overwrite
         done
+        emu scripts/allreduce-emu.py bare --out "$dir/r$r-bare.json" --calls "$calls" --x-from "$dir/r$r-fp16.h5"
       done
       bash scripts/emulated-cluster.sh down --name "$name"
       trap - EXIT INT TERM
