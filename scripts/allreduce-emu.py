@@ -84,6 +84,13 @@ def bare(args) -> int:
         grad = gradient_values(t, args.config, args.x_from)
         if grad.size != args.d:
             raise SystemExit(f"allreduce-emu: error: the run's gradient has d = {grad.size}, not --d {args.d}")
+        h = np.abs(grad.astype(np.float16))
+        out["message"] = {"nonzero": float(np.mean(h > 0)), "fp16_subnormal": float(np.mean((h > 0) & (h < 2.0 ** -14))),
+                          "fp16_nonzero_subnormal": float(np.sum((h > 0) & (h < 2.0 ** -14)) / max(np.count_nonzero(h), 1))}
+        if t.is_root:
+            m = out["message"]
+            print(f"rank 0's message in float16: {100 * m['nonzero']:.2f} % non-zero, {100 * m['fp16_nonzero_subnormal']:.0f} % "
+                  "of those subnormal (< 2^-14)", flush=True)
     for label in args.wires:
         wire, dtype, _ = WIRES[label]
         for values in args.values:
