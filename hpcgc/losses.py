@@ -59,10 +59,9 @@ def _dloss(code, t, y, w):
 
 
 @njit(cache=True)
-def csr_grad(code, indptr, indices, data, x, y, w, l2, out):
-    """out = Σ_j w_j ℓ'(a_jᵀx, y_j)·a_j + l2·x for the CSR matrix (indptr, indices, data) with rows
-    a_j; ``out`` (length d) is overwritten. Three passes (products, derivatives, scatter): the
-    exp calls apart from the row loops let the rows' short sums overlap."""
+def _derivatives(code, indptr, indices, data, x, y, w):
+    """v_j = w_j ℓ'(a_jᵀx, y_j) for every row of the CSR matrix: the products in one loop, the
+    derivatives in the next (the exp calls apart from the rows' short sums)."""
     m = indptr.shape[0] - 1
     v = np.empty(m)
     for j in range(m):
@@ -72,6 +71,16 @@ def csr_grad(code, indptr, indices, data, x, y, w, l2, out):
         v[j] = t
     for j in range(m):
         v[j] = _dloss(code, v[j], y[j], w[j])
+    return v
+
+
+@njit(cache=True)
+def csr_grad(code, indptr, indices, data, x, y, w, l2, out):
+    """out = Σ_j w_j ℓ'(a_jᵀx, y_j)·a_j + l2·x for the CSR matrix (indptr, indices, data) with rows
+    a_j; ``out`` (length d) is overwritten. Three passes (products, derivatives, scatter): the
+    exp calls apart from the row loops let the rows' short sums overlap."""
+    m = indptr.shape[0] - 1
+    v = _derivatives(code, indptr, indices, data, x, y, w)
     out[:] = 0.0
     for j in range(m):
         vj = v[j]
@@ -110,14 +119,7 @@ def csr_grad_compact(code, indptr, indices, data, cols, cidx, x, y, w, l2, mode,
     0.0 + l2·x_i as before, and the last operation is numpy's, element by element
     (``tests/test_losses.py``)."""
     m = indptr.shape[0] - 1
-    v = np.empty(m)
-    for j in range(m):
-        t = 0.0
-        for k in range(indptr[j], indptr[j + 1]):
-            t += data[k] * x[indices[k]]
-        v[j] = t
-    for j in range(m):
-        v[j] = _dloss(code, v[j], y[j], w[j])
+    v = _derivatives(code, indptr, indices, data, x, y, w)
     u = cols.shape[0]
     gc = np.zeros(u)
     for j in range(m):

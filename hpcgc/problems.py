@@ -198,14 +198,7 @@ class Objective:
         (``MINUS``: DIANA's Δ) or ``out += γ·g`` (``ACCUMULATE``: error feedback's memory). The same
         bits as :meth:`grad` followed by numpy's ``g − h`` / ``out + γ·g``; a dense shard takes that path."""
         if not self._sparse:
-            g = self.grad(x)
-            if mode == MINUS:
-                return np.subtract(g, h, out=out)
-            if mode == ACCUMULATE:
-                out += gamma * g
-                return out
-            out[:] = g
-            return out
+            return _combine(self.grad(x), out, mode, h, gamma)
         A = self.A
         if self._compact is None:
             self._compact = compact_columns(A.indices, int(A.indptr[-1]))
@@ -261,7 +254,11 @@ def local_grad(problem, x, rows, out, mode: int = GRAD, h=None, gamma: float = 1
     else (mini-batches, models) computes g and combines it with numpy — the same bits either way."""
     if rows is None and isinstance(problem, Objective):
         return problem.grad_to(x, out, mode, h, gamma)
-    g = problem.grad(x, rows)
+    return _combine(problem.grad(x, rows), out, mode, h, gamma)
+
+
+def _combine(g, out, mode, h, gamma):
+    """``out`` = g (``GRAD``), g − h (``MINUS``) or out + γ·g (``ACCUMULATE``), with numpy's arithmetic."""
     if mode == MINUS:
         return np.subtract(g, h, out=out)
     if mode == ACCUMULATE:
