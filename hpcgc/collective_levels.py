@@ -53,13 +53,14 @@ def combine(per_rank: list) -> dict:
 
 
 def measure_levels(t, kinds, sweep) -> dict:
-    """Every rank: split by node; when :func:`wanted`, sweep each of ``kinds`` on each level with
+    """Every rank: split by node (MPI's shared-memory split; the test-only ``HPCGC_TEST_RANKS_PER_NODE=k``
+    assigns rank r to node r // k, as it does for runs); when :func:`wanted`, sweep each of ``kinds`` on each level with
     ``sweep(transport, kind)`` (the benchmark's own sweep of one collective on a
     :class:`hpcgc.transport.Transport`, returning its columns) → on rank 0 ``{None: {nodes,
     ranks_per_node, node_sizes}, level: ({ranks, communicator}, [(kind, columns)])}``, where the
     intra-node columns are every node's combined (:func:`combine`); ``{}`` on the other ranks."""
-    from .transport import Transport, split_by_node
-    split = split_by_node(t.comm)
+    from .transport import Transport, ranks_per_node_setting, split_by_node
+    split = split_by_node(t.comm, ranks_per_node_setting(t.size))    # HPCGC_TEST_RANKS_PER_NODE: tests only
     out = {None: {"nodes": split.nodes, "ranks_per_node": split.ranks_per_node,
                   "node_sizes": list(split.sizes)}}
     if not wanted(split):

@@ -20,7 +20,8 @@ one markdown alignment per column, and ``builder``, how to rebuild the CSV from 
 run, columns from the runs' values: see :data:`FIELDS`; or ``{"kind": "dagc", "target": 0.9}``: the
 table of :mod:`hpcgc.analysis.dagc_table`; or ``{"kind": "verdict"}`` / ``{"kind": "breakeven"}`` / ``{"kind": "phases", "setting":
 "emu-1gbit", "n": 4, "file": "does-it-pay"}`` with ``--from`` a ``jobs/does-it-pay.sh`` campaign
-directory: :mod:`hpcgc.analysis.verdict`), refuses results of another experiment
+directory: :mod:`hpcgc.analysis.verdict`; or ``{"kind": "scale-check"}`` with ``--from`` a
+``jobs/scale-check.sh`` campaign directory: :mod:`hpcgc.analysis.scale_check`), refuses results of another experiment
 (the sidecar's ``experiment`` against the runs' config ``name``) and warns, naming both, when the
 results were written by another commit than the checkout's (or a dirty tree); it records the new
 provenance from the results file (commit, date, ranks, MPI library, command, and the machine's CPU
@@ -123,6 +124,11 @@ def render(name: str, root: Path = ROOT) -> str:
 
 def provenance_line(name: str, meta: dict) -> str:
     where = f"`docs/data/{name}.csv`"
+    if meta.get("source") == "placeholder":       # a table whose campaign has not run yet (header only)
+        b = meta.get("builder") or {}
+        return (f"Data: {where} — no data yet ({meta.get('note', 'the campaign has not run')}); "
+                f"regenerate: `python -m hpcgc.docs_tables regenerate --table {name} --from "
+                f"{b.get('from', 'DIR')}` (docs/data/README.md).")
     if meta.get("source") == "transcribed":
         at = f" at commit {meta['measured_commit']}" if meta.get("measured_commit") else ""
         what = (f"transcribed from the doc at commit {meta['commit']}; measured {meta['date']}{at} on {meta['cpu']}, "
@@ -287,7 +293,7 @@ def regenerate(name: str, paths, root: Path = ROOT, force: bool = False, warn=pr
     if not b:
         raise TableError(f"table {name!r} has no 'builder' in docs/data/{name}.json: it was transcribed, "
                          "not built from results files (add a builder to rebuild it)")
-    campaign = b.get("kind") in ("verdict", "breakeven", "phases")
+    campaign = b.get("kind") in ("verdict", "breakeven", "phases", "scale-check")
     if campaign:                         # a jobs/does-it-pay.sh campaign directory (analysis.verdict)
         files = sorted(p for p in Path(paths[0]).glob("*.h5") if not p.name.endswith("-collectives.h5")
                        and (b.get("n") is None or f"-n{int(b['n'])}-" in p.name))
@@ -322,9 +328,14 @@ def regenerate(name: str, paths, root: Path = ROOT, force: bool = False, warn=pr
         from .analysis import verdict
         camp = Path(paths[0])
         only_n = int(b["n"]) if b.get("n") is not None and b["kind"] != "phases" else None
-        rows = (verdict.rows(camp, only_n) if b["kind"] == "verdict" else verdict.breakeven_rows(camp, only_n)
+        if b["kind"] == "scale-check":        # a jobs/scale-check.sh directory (analysis.scale_check)
+            from .analysis import scale_check
+            rows = scale_check.rows(camp)
+        else:
+            rows = (verdict.rows(camp, only_n) if b["kind"] == "verdict" else verdict.breakeven_rows(camp, only_n)
                 if b["kind"] == "breakeven" else
-                verdict.phases_rows(camp, b.get("setting", "emu-1gbit"), int(b.get("n", 4)), b.get("file", "does-it-pay")))
+                    verdict.phases_rows(camp, b.get("setting", "emu-1gbit"), int(b.get("n", 4)),
+                                        b.get("file", "does-it-pay")))
     else:
         where = b.get("where", {})
         sel = [r for r in runs if all(str(r.attrs.get(k)) == str(v) for k, v in where.items())]

@@ -100,29 +100,8 @@ report() {        # report SETTING N: break-even + model-vs-measured check of ev
   done
 }
 
-combine() {       # every report's CSV rows in one file each, with the setting, n, experiment and target
-  python - "$OUT" <<'PY'
-import csv, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-for name in ("breakeven", "check"):
-    rows, cols = [], ["setting", "n", "experiment", "target"]
-    for f in sorted(out.glob(f"*/{name}.csv")):
-        what = f.parent / "what.txt"
-        if not what.exists():
-            continue
-        tags = dict(zip(cols, what.read_text().split()))
-        with open(f, newline="") as fh:
-            for r in csv.DictReader(fh):
-                cols += [c for c in r if c not in cols]
-                rows.append({**tags, **r})
-    if rows:
-        with open(out / f"{name}-all.csv", "w", newline="") as fh:
-            w = csv.DictWriter(fh, cols)
-            w.writeheader()
-            w.writerows(rows)
-        print(f"does-it-pay: {len(rows)} rows in {out / f'{name}-all.csv'}")
-PY
+combine() {       # every report's CSV rows in breakeven-all.csv and check-all.csv (hpcgc/analysis/campaign.py)
+  python -m hpcgc.analysis.campaign "$OUT" | sed 's/^campaign:/does-it-pay:/'
 }
 
 for n in $NPS; do

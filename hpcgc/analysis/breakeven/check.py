@@ -13,16 +13,17 @@ import numpy as np
 from ...collectives import format_bytes
 from .. import tables
 from ..projection import first_reached
-from .measure import Target, gbps_to_beta, measured_run_time, run_target_series
+from .hierarchy import RunLevels, run_shape
+from .measure import BreakEvenError, Target, gbps_to_beta, measured_run_time, run_target_series
 from .model import Latency, MethodModel, exchange_parts, measure_run, op_coefficients
 
 CHECK_TOLERANCE = 0.25          # |measured / predicted − 1| above this is marked
-CHECK_COLUMNS = ("panel", "method", "collective", "ranks", "run_id", "up_to", "iterations",
+CHECK_COLUMNS = ("panel", "method", "collective", "ranks", "topology", "nodes", "ranks_per_node", "run_id", "up_to", "iterations",
                  "measured_s", "predicted_s", "ratio", "mark", "ratio_after_first", "predicted_s_global_fit",
                  "ratio_global_fit", "predicted_s_median_ab", "ratio_median_ab",
                  "predicted_s_measured_collectives", "ratio_measured_collectives", "compute_s", "idle_s", "other_s",
-                 "first_iteration_s", "alpha_beta")
-CHECK_MD_COLUMNS = ("method", "collective", "ranks", "up_to", "iterations", "measured_s", "predicted_s",
+                 "first_iteration_s", "intra_node_s", "alpha_beta")
+CHECK_MD_COLUMNS = ("method", "collective", "ranks", "topology", "up_to", "iterations", "measured_s", "predicted_s",
                     "ratio", "mark", "ratio_after_first", "ratio_global_fit", "ratio_measured_collectives",
                     "first_iteration_s", "alpha_beta")
 
@@ -166,40 +167,72 @@ def _ratio(measured: float, predicted: float) -> float:
     return measured / predicted if predicted > 0 else float("nan")
 
 
-def check(models: list[MethodModel], target: Target, latency: Latency, gamma: float = 0.0) -> list[dict]:
+def _two_level(ri, levels: RunLevels | None, latency: Latency):
+    """(collective's ranks, its Latency, node shape text, intra-node seconds per iteration) of a run:
+    a flat run's own n and the file's main sweep; a ``run.topology = "hierarchical"`` run's N nodes,
+    the file's ``levels/inter`` sweep (the leaders' communicator) and the intra-node Bcast of the
+    iterate (float64 d + the control word) at ``levels/intra``'s local fits. The node's Reduce of
+    the gradient runs inside the leader's measured ``grad`` phase, so it is part of the measured
+    non-transfer time and not priced again."""
+    shape = run_shape(ri.run)
+    if shape is None:
+        return ri.ranks, latency, None, 0.0
+    nodes, k = shape
+    if levels is None:
+        raise BreakEvenError(f"run {ri.run.run_id} ran with run.topology = 'hierarchical' ({nodes} nodes x {k} ranks): "
+                             "its check needs a --collectives file measured on the same node shape (with levels/intra "
+                             "and levels/inter; docs/collectives.md, 'Two levels')")
+    if (levels.nodes, levels.ranks_per_node) != (nodes, k):
+        raise BreakEvenError(f"run {ri.run.run_id} ran on {nodes} nodes x {k} ranks, the --collectives file "
+                             f"{levels.path} measured {levels.nodes} nodes x {levels.ranks_per_node} ranks: measure "
+                             "the collectives on the runs' node shape")
+    d = float(ri.run.attrs.get("d", 0) or 0)
+    intra = sum(message_seconds_local(levels.intra, "bcast", nbytes, k) for nbytes in (8.0, 8.0 * d))
+    return nodes, levels.inter, (nodes, k), intra
+
+
+def check(models: list[MethodModel], target: Target, latency: Latency, gamma: float = 0.0,
+          levels: RunLevels | None = None) -> list[dict]:
     """Model against measurement, run by run: the predicted time to target at the run's own n (its
     iterations to target, rank 0's measured non-transfer time per iteration, its message sizes, the collectives file's α, β
     per operation) next to the measured one (:func:`measured_run_time`), and their ratio. A run that
-    never reached the target is compared over all its iterations (``up_to`` says which)."""
+    never reached the target is compared over all its iterations (``up_to`` says which). A run with
+    ``run.topology = "hierarchical"`` is priced with the two levels of the collectives file
+    (``levels``, :func:`hierarchy.run_levels`): the leaders' collectives among its N nodes at the
+    ``levels/inter`` fits, plus the node's Bcast at ``levels/intra`` (:func:`_two_level`)."""
     rows = []
     for m in models:
         for ri in m.runs:
             p = measure_run(ri, target)
             r = ri.run
+            n_coll, lat, shape, intra = _two_level(ri, levels, latency)
             it = np.asarray(r.series["iteration"])
             t = first_reached(run_target_series(ri, target), target.eps)
             row = t if t is not None else len(it) - 1
             k = float(it[row])
-            one = MethodModel(m.label, m.panel, m.ranks, p["collective"], k, "", p["workers"], p["server"],
-                              p["up"], p["down"], p["rounds"], p["down_bcasts"], idle=p["idle"], other=p["other"])
-            pred = predicted_run_time_local(one, latency, k)
-            pred_glob = predicted_run_time(one, latency, k, gamma)
-            pred_med = float(one.time(m.ranks, latency.alpha, gbps_to_beta(latency.machine_gbps), gamma))
+            one = MethodModel(m.label, m.panel, n_coll, p["collective"], k, "", p["workers"], p["server"],
+                              p["up"], p["down"], p["rounds"], p["down_bcasts"], idle=p["idle"],
+                              other=p["other"] + intra)
+            pred = predicted_run_time_local(one, lat, k)
+            pred_glob = predicted_run_time(one, lat, k, gamma)
+            pred_med = float(one.time(n_coll, lat.alpha, gbps_to_beta(lat.machine_gbps), gamma))
             meas = measured_run_time(r, row)
-            pred_tab = predicted_run_time_table(one, latency, k)
+            pred_tab = predicted_run_time_table(one, lat, k)
             ratio = meas / pred if pred > 0 else float("nan")
             first = p["first"]
             after = ((meas - first) / (pred * (k - 1) / k) if k > 1 and pred > 0 and math.isfinite(first)
                      else float("nan"))
             used = []
             for op, nbytes, _ in one.messages():
-                fit = local_fit(latency, op, nbytes) if nbytes > 0 else None
+                fit = local_fit(lat, op, nbytes) if nbytes > 0 else None
                 if fit is not None:
                     used.append(fit.text(op, nbytes))
             off = math.isfinite(ratio) and abs(ratio - 1) > CHECK_TOLERANCE
             rows.append({
                 "panel": tables.panel_title(m.panel), "method": m.label, "collective": one.collective,
-                "ranks": m.ranks, "run_id": r.run_id,
+                "ranks": m.ranks, "topology": "hierarchical" if shape else "flat",
+                "nodes": shape[0] if shape else m.ranks, "ranks_per_node": shape[1] if shape else 1,
+                "run_id": r.run_id,
                 "up_to": "target" if t is not None else "last row (target not reached)",
                 "iterations": int(k), "measured_s": meas, "predicted_s": pred, "ratio": ratio,
                 "mark": (f"OFF {100 * (ratio - 1):+.0f} %" if off else "ok") if math.isfinite(ratio) else "?",
@@ -207,8 +240,9 @@ def check(models: list[MethodModel], target: Target, latency: Latency, gamma: fl
                 "predicted_s_global_fit": pred_glob, "ratio_global_fit": _ratio(meas, pred_glob),
                 "predicted_s_median_ab": pred_med, "ratio_median_ab": _ratio(meas, pred_med),
                 "predicted_s_measured_collectives": pred_tab, "ratio_measured_collectives": _ratio(meas, pred_tab),
-                "compute_s": k * (one.workers + one.server), "idle_s": k * one.idle, "other_s": k * one.other,
-                "first_iteration_s": first, "alpha_beta": "; ".join(used)})
+                "compute_s": k * (one.workers + one.server), "idle_s": k * one.idle,
+                "other_s": k * (one.other - intra), "first_iteration_s": first, "intra_node_s": k * intra,
+                "alpha_beta": "; ".join(used)})
     return rows
 
 

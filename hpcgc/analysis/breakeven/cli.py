@@ -12,7 +12,7 @@ from pathlib import Path
 from .. import tables
 from .check import CHECK_COLUMNS, check, check_markdown
 from .figures import figures
-from .hierarchy import HIER_COLUMNS, hierarchy_markdown, hierarchy_rows, levels_from_file
+from .hierarchy import HIER_COLUMNS, hierarchy_markdown, hierarchy_rows, levels_from_file, run_levels
 from .measure import BreakEvenError
 from .model import Latency, latency_from_collectives
 from .report import COLUMNS, N_COLUMNS, bandwidth_sweep, build, markdown, spread_markdown
@@ -47,7 +47,10 @@ def build_parser():
                "With --collectives also check.csv (and a second table in breakeven.md): the model checked\n"
                "against every run - predicted time to target at the run's own n with each collective's own\n"
                "α, β from the file, the measured one (rank 0's summed per-iteration time/iter up to the first\n"
-               "row at the target, evaluation excluded), measured/predicted, OFF where off by > 25 %.\n\n"
+               "row at the target, evaluation excluded), measured/predicted, OFF where off by > 25 %. A run with\n"
+               "run.topology = \"hierarchical\" is predicted with the two levels of the collectives file (measured on\n"
+               "its node shape): the leaders' collectives among its nodes at levels/inter, the node's Bcast at\n"
+               "levels/intra (column intra_node_s); the node's Reduce is inside the measured grad phase.\n\n"
                "assumed: iterations to target do not change with n; compute per worker does not change with n\n"
                "(the server's decoding grows ∝ n under gather and allgather); no contention, no overlap; a\n"
                "modelled 16-bit baseline has the float32 run's iterations and compute.\n\n"
@@ -116,6 +119,9 @@ def main(argv=None) -> int:
         rep = build(args.results, latency, gbps, args.n_max, args.eps, args.metric, args.gamma_ns * 1e-9,
                     args.accuracy_within)
         hier = hierarchy_rows(rep.panels, levels, rep.gamma, (rep.gbps[0], rep.gbps[-1])) if levels else []
+        checked = []
+        if latency.per_op or math.isfinite(latency.machine_gbps):      # β known: a collectives file was given
+            checked = check(rep.models, rep.target, latency, rep.gamma, run_levels(args.collectives))
     except tables.AnalysisError as exc:
         print(f"hpcgc: error: breakeven: {exc}", file=sys.stderr)
         return 2
@@ -124,9 +130,7 @@ def main(argv=None) -> int:
     md = markdown(rep) + "\n\n" + spread_markdown(rep)
     if hier:
         md += "\n\n" + hierarchy_markdown(hier, levels)
-    checked = []
-    if latency.per_op or math.isfinite(latency.machine_gbps):      # β known: a collectives file was given
-        checked = check(rep.models, rep.target, latency, rep.gamma)
+    if checked:
         md += "\n\n" + check_markdown(checked, rep.target, latency)
     print(md)
     out = Path(args.out)

@@ -179,3 +179,50 @@ def hierarchy_markdown(rows: list, lv: Levels) -> str:
             f"intra-node Bcast; break-even of the hierarchical method against the hierarchical baseline (and "
             f"against the flat baseline)")
     return tables.markdown_table(rows, HIER_MD_COLUMNS, title=head)
+
+
+@dataclass
+class RunLevels:
+    """The two levels a ``bench collectives`` file measured with several ranks per node, for the
+    check of runs with ``run.topology = "hierarchical"`` (:func:`hpcgc.analysis.breakeven.check.check`):
+    ``intra`` the node's communicator (its K ranks), ``inter`` the node leaders' (N ranks), each with its
+    own fits and measured table (:class:`~.model.Latency`)."""
+    ranks_per_node: int
+    nodes: int
+    intra: object
+    inter: object
+    path: str
+
+
+def run_levels(path) -> RunLevels | None:
+    """:class:`RunLevels` of the collectives file ``path`` (None when it has no ``levels/``: measured
+    with one rank per node)."""
+    if path is None:
+        return None
+    from hpcgc import results
+    try:
+        res = results.load_collectives(path)
+    except (results.ResultsFormatError, OSError) as exc:
+        raise BreakEvenError(f"--collectives {path}: {exc}") from None
+    levels = getattr(res, "levels", {}) or {}
+    if "intra" not in levels or "inter" not in levels:
+        return None
+    intra = latency_from_tables(levels["intra"], int(levels["intra"].attrs["ranks"]), f"{path} levels/intra",
+                                require_alpha=False)
+    inter = latency_from_tables(levels["inter"], int(levels["inter"].attrs["ranks"]), f"{path} levels/inter",
+                                require_alpha=False)
+    return RunLevels(int(res.attrs.get("ranks_per_node", 1) or 1), int(inter.ranks), intra, inter, str(path))
+
+
+def run_shape(run) -> tuple[int, int] | None:
+    """(nodes, ranks per node) of a run with ``run.topology = "hierarchical"`` (None: flat). A run
+    whose nodes hold different rank counts is refused: the check prices one intra-node level."""
+    if run.attrs.get("topology", "flat") != "hierarchical":
+        return None
+    per = [int(v) for v in (run.attrs.get("ranks_per_node") if run.attrs.get("ranks_per_node") is not None
+                            else [])]
+    nodes = int(run.attrs.get("nodes", len(per)) or len(per))
+    if not per or len(set(per)) != 1:
+        raise BreakEvenError(f"run {run.run_id}: run.topology = 'hierarchical' with nodes of {per or '?'} ranks; "
+                             "the check needs every node to hold the same number of ranks")
+    return nodes, per[0]

@@ -141,6 +141,14 @@ def exchange_coefficients(collective: str, up_bytes, down_bytes, n, rounds: int 
     return _add(*(abg for _, abg in exchange_parts(collective, up_bytes, down_bytes, n, rounds, down_bcasts)))
 
 
+def exchange_ranks(ri) -> int:
+    """The processes of a run's collective: its ranks, or under ``run.topology = "hierarchical"`` its
+    nodes (the leaders run the collective)."""
+    if ri.run.attrs.get("topology", "flat") == "hierarchical":
+        return int(ri.run.attrs.get("nodes", ri.ranks) or ri.ranks)
+    return ri.ranks
+
+
 def measure_run(ri, target: Target) -> dict:
     """One run's iterations to target, rank 0's per-iteration means (:func:`rank0_means`) and bytes
     per iteration."""
@@ -156,7 +164,7 @@ def measure_run(ri, target: Target) -> dict:
     up = float(wire[-1, crossed].mean() / 8 / k) if wire.size else 0.0
     down = float(np.asarray(r.series.get("bits_down_wire", [0.0]), dtype=float)[-1] / 8 / k)
     if collective == RS_COLLECTIVE:              # up, down: the two stages' whole compressed vectors
-        up, down = rs_stage_bytes(r, up, k, crossed, ri.ranks)
+        up, down = rs_stage_bytes(r, up, k, crossed, exchange_ranks(ri))
     t = first_reached(run_target_series(ri, target), target.eps)
     buckets = int(r.attrs.get("overlap_buckets", 0))      # run.overlap: one Iallreduce per bucket
     hide = float(r.attrs.get("overlap_window_seconds", 0.0)) if buckets else 0.0
