@@ -42,6 +42,12 @@ label = "uncompressed allreduce"
 run.algorithm = "dcgd"
 run.compressor = "identity"
 run.collective = "allreduce"
+
+[[variant]]
+label = "ef topk reduce-scatter"
+run.algorithm = "ef"
+run.compressor = "topk:k=512"
+run.collective = "reduce-scatter"
 """
 SPAN = 4.0                        # hpcgc.analysis.breakeven.check.LOCAL_SPAN
 
@@ -90,17 +96,18 @@ def _line(group, size):
 
 def test_hierarchical_run_is_predicted_at_the_two_levels(produced):
     res, coll, _, rows, _ = produced
-    assert len(rows) == 1
-    row = rows[0]
+    assert len(rows) == 2
+    assert all((r["topology"], r["nodes"], r["ranks_per_node"]) == ("hierarchical", "2", "2") for r in rows)
+    row = next(r for r in rows if r["collective"] == "allreduce")
     assert (row["topology"], row["nodes"], row["ranks_per_node"], row["ranks"]) == ("hierarchical", "2", "2", "4")
     with h5py.File(res) as f:
-        (run,) = f["runs"].values()
+        run = next(r for r in f["runs"].values() if r.attrs["collective"] == "allreduce")
         assert run.attrs["topology"] == "hierarchical"
-        it = np.asarray(run["series/iteration"])
-        g = np.asarray(run["series/grad_norm_sq"], dtype=float)
-        first = int(np.flatnonzero(g / g[0] <= 1e-2)[0])
+        it = np.asarray(run["iteration"])
+        sub = np.asarray(run["suboptimality"], dtype=float)           # the stop measure: f − f* ≤ 1e-2
+        first = int(np.flatnonzero(sub <= 1e-2)[0])
         k = int(it[first])
-        wire = np.asarray(run["series/bits_up_wire"], dtype=float)
+        wire = np.asarray(run["bits_up_wire"], dtype=float)
         up = float(wire[-1].mean() / 8 / it[-1])                       # bytes per leader per iteration
         d = int(run.attrs["d"])
     assert row["up_to"] == "target" and int(row["iterations"]) == k
@@ -125,3 +132,23 @@ def test_hierarchical_run_without_levels_is_refused(produced):
     assert p.returncode == 2, show(p)
     last = p.stderr.strip().splitlines()[-1]
     assert "hierarchical" in last and "levels/intra" in last and "Traceback" not in p.stderr
+
+
+def test_reduce_scatter_bytes_are_the_leaders(produced):
+    """Under reduce-scatter the stages' bytes come from the per-collective ledger (one column per world
+    rank): a hierarchical run's are its node leaders' (world ranks 0 and 2), not diluted by the other
+    ranks' zeros."""
+    from hpcgc.analysis import tables
+    from hpcgc.analysis.breakeven import measure as me
+    from hpcgc.analysis.breakeven import model as mo
+    res = produced[0]
+    (ri,) = [r for r in tables.collect([res]).runs if r.run.attrs["collective"] == "reduce-scatter"]
+    with h5py.File(res) as f:
+        run = next(r for r in f["runs"].values() if r.attrs["collective"] == "reduce-scatter")
+        ledger = np.asarray(run["mpi_bytes/Alltoallv"], dtype=float)[-1]
+        k = int(np.asarray(run["iteration"])[-1])
+        assert list(np.asarray(run["workers/rank"])) == [0, 2]
+    assert ledger[1] == ledger[3] == 0 and ledger[0] > 0
+    first = (ledger[0] + ledger[2]) / 2 / k * 2 / (2 - 1)                # × n/(n − 1), n = 2 nodes
+    p = mo.measure_run(ri, me.Target("suboptimality", 1e-2))
+    assert p["up"] == pytest.approx(first, rel=1e-12)

@@ -149,6 +149,20 @@ def exchange_ranks(ri) -> int:
     return ri.ranks
 
 
+def _ledger_ranks(ri, crossed):
+    """The ranks whose per-collective ledger (``mpi_bytes/``, one column per world rank) counts the
+    run's collective: the workers in ``crossed``; under ``run.topology = "hierarchical"`` the workers
+    are the node leaders, so the mask is spread onto their world ranks (``workers/rank``)."""
+    if exchange_ranks(ri) == ri.ranks:
+        return crossed
+    where = np.asarray(ri.run.workers.get("rank", []), dtype=int)
+    if where.size != crossed.size:
+        return crossed
+    out = np.zeros(ri.ranks, dtype=bool)
+    out[where[crossed]] = True
+    return out
+
+
 def measure_run(ri, target: Target) -> dict:
     """One run's iterations to target, rank 0's per-iteration means (:func:`rank0_means`) and bytes
     per iteration."""
@@ -164,7 +178,7 @@ def measure_run(ri, target: Target) -> dict:
     up = float(wire[-1, crossed].mean() / 8 / k) if wire.size else 0.0
     down = float(np.asarray(r.series.get("bits_down_wire", [0.0]), dtype=float)[-1] / 8 / k)
     if collective == RS_COLLECTIVE:              # up, down: the two stages' whole compressed vectors
-        up, down = rs_stage_bytes(r, up, k, crossed, exchange_ranks(ri))
+        up, down = rs_stage_bytes(r, up, k, _ledger_ranks(ri, crossed), exchange_ranks(ri))
     t = first_reached(run_target_series(ri, target), target.eps)
     buckets = int(r.attrs.get("overlap_buckets", 0))      # run.overlap: one Iallreduce per bucket
     hide = float(r.attrs.get("overlap_window_seconds", 0.0)) if buckets else 0.0
