@@ -26,7 +26,8 @@
 #   SC_COLL        options of `bench collectives`           default "-c gather bcast allreduce allgather alltoall
 #                  --max-seconds 0.3 --warmup 10 --iterations 100 --warmup-large 1 --iterations-large 3"
 #   SC_COLL_MAX    --max-size of `bench collectives`        default 64K at rates below 100mbit, else 256K
-#                  (32 ranks at 10 Mb/s: the sweep takes about a minute)
+#                  (39 s at 4 nodes, 10 Mb/s, under load; estimated 1-1.5 min at 32 nodes: the large
+#                  gathers grow with n; the runs' 256 KiB fp32 Allreduce is then priced from the 32 and 64 KiB sizes)
 #   A quick check of the tooling, e.g.:
 #   SC_NODES=4 SC_RATES=100mbit SC_HIER_NODES=2 SC_RPN=2 bash jobs/scale-check.sh --out /tmp/sc -- \
 #     --set run.iterations=20
