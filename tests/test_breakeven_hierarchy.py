@@ -30,23 +30,24 @@ COMPRESSED = toy("allgather", 150, 6e-3, PAYLOAD + 4)
 def test_hierarchical_times_by_hand():
     """Per iteration, at n = 16 = 4 nodes x 4 ranks:
 
-    baseline, hierarchical: intra Reduce of M (Rabenseifner, p = 4) 4·α_s + 1.5·M·β_s, intra Bcast of M
-    (binomial) 2·(α_s + M·β_s), leaders' Allreduce of M (Rabenseifner, p = 4) 4·α + 1.5·M·β;
+    baseline, hierarchical: the node reduces and broadcasts the float64 gradient (8·D bytes, as
+    hpcgc.exchange.hierarchical does: the cast applies between the leaders only), leaders' Allreduce of
+    M (Rabenseifner, p = 4) 4·α + 1.5·M·β;
     baseline, flat: Allreduce over 16 ranks 8·α + 2·15/16·M·β;
     compressed (Allgather of 1-bit payloads), hierarchical: the node reduces and broadcasts the float64
     gradient (8·D bytes), the leaders Allgather the 4-byte lengths (recursive doubling: 2α + 12β)
     and the payloads (4·P = 512 KiB ≥ 512 KiB: ring, 3α + 3·P·β)."""
     beta = 8e-9                                    # 1 Gb/s
-    intra_b = (4 * A_SHM + 1.5 * M * B_SHM) + 2 * (A_SHM + M * B_SHM)
+    g = 8 * D
+    intra_b = (4 * A_SHM + 1.5 * g * B_SHM) + 2 * (A_SHM + g * B_SHM)
     base_hier = 100 * (5e-3 + intra_b + 4 * A_NET + 1.5 * M * beta)
     base_flat = 100 * (5e-3 + 8 * A_NET + 2 * 15 / 16 * M * beta)
-    g = 8 * D
     intra_c = (4 * A_SHM + 1.5 * g * B_SHM) + 2 * (A_SHM + g * B_SHM)
     comp_hier = 150 * (6e-3 + intra_c + (2 + 3) * A_NET + (12 + 3 * PAYLOAD) * beta)
     assert hi.hierarchical_time(BASE, 16, LEVELS, beta) == pytest.approx(base_hier, rel=1e-12)
     assert hi.flat_time(BASE, 16, LEVELS, beta) == pytest.approx(base_flat, rel=1e-12)
     assert hi.hierarchical_time(COMPRESSED, 16, LEVELS, beta) == pytest.approx(comp_hier, rel=1e-12)
-    assert hi.intra_bytes(BASE) == M and hi.intra_bytes(COMPRESSED) == 8 * D
+    assert hi.intra_bytes(BASE) == 8 * D and hi.intra_bytes(COMPRESSED) == 8 * D
 
     # the exact break-even of the hierarchical compressed method against the hierarchical baseline:
     # T = P + Q·β on both sides, so β* = ΔP / (−ΔQ)

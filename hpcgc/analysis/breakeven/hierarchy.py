@@ -10,8 +10,8 @@ With K ranks per node and n = N·K ranks, a method's time per iteration is model
   back, at the intra-node α, β (:func:`hpcgc.analysis.costmodels.intra_node`), plus the method's own
   collectives among the N leaders at the network's α, β (:meth:`MethodModel.affine` at N: the server
   decodes N messages under gather/allgather). The vector a node reduces and broadcasts is the
-  baseline's own wire vector for an uncompressed-equivalent Allreduce, and the float64 gradient
-  (8·d bytes) for every other method (compression applies to the leaders' step only).
+  float64 gradient (8·d bytes) for every method, the baseline included — what the hierarchical
+  exchange moves inside a node (compression and the wire's cast apply to the leaders' step only).
 
 Both are affine in the network's β, so the break-even bandwidth stays exact (:func:`break_even`).
 The intra-node α, β come from a ``bench collectives`` file measured with several ranks per node
@@ -106,9 +106,12 @@ def levels_from_file(path, ranks_per_node: int | None, intra_latency_us: float |
 
 
 def intra_bytes(m: MethodModel) -> float:
-    """The vector a node reduces (and its leader broadcasts back): an uncompressed-equivalent
-    Allreduce's own wire vector, else the float64 gradient (8·d bytes)."""
-    return m.up_bytes / max(m.rounds, 1) if m.baseline else m.dense_bytes
+    """The vector a node reduces (and its leader broadcasts back): the float64 gradient (8·d bytes)
+    for every method, the uncompressed baseline included — ``run.topology = "hierarchical"`` reduces
+    the node's float64 gradient onto the leader and broadcasts the float64 iterate
+    (:mod:`hpcgc.exchange.hierarchical`); the wire's cast applies between the leaders only. Without
+    a recorded d (``dense_bytes`` 0), the baseline's own wire vector."""
+    return m.dense_bytes if m.dense_bytes > 0 else m.up_bytes / max(m.rounds, 1)
 
 
 def nodes_of(n: int, k: int) -> int:
