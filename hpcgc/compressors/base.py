@@ -333,6 +333,15 @@ class Compressor(ABC):
     where the formula is a function of d): :meth:`decoded_model_bits` then evaluates it once per
     (d, length)."""
 
+    def sparse_layout(self, d: int) -> tuple[int, int, int] | None:
+        """(value bits, nnz, offset of the index stream) when every payload at dimension d carries
+        the same value bits and nnz indices at that offset, fixed-width (⌈log₂d⌉ bits each) unless
+        the header's Elias flag (``wire.FLAG_ELIAS``) is set (then the stream's own bits): its
+        ``model_bits`` is value bits + index bits, which rank 0 then counts for all workers at once
+        (:meth:`hpcgc.exchange.base.Exchange.account`: the flags bytes in one array read, the Elias
+        streams' lengths in one kernel call). None (the default): no such layout."""
+        return None
+
     def decoded_model_bits(self, payload, d: int) -> int:
         """``model_bits`` of a payload that was just decoded without error (the runner's bit
         accounting, after the server step has decoded every message): for ``BITS_BY_LENGTH``
@@ -758,6 +767,10 @@ class FixedKSparse(SparseCompressor):
         if k_seg == self.k:
             return self
         return type(self)(**{**self._params, "k": k_seg})
+
+    def sparse_layout(self, d: int) -> tuple[int, int, int]:
+        """k values (``_value_bits``), k indices after them (fixed-count format: no nnz prefix)."""
+        return self._value_bits(self.k), self.k, wire.HEADER_BYTES + self._prefix + self._value_bytes(self.k)
 
     def _check_k(self, d: int) -> None:
         if self.k > d:

@@ -338,6 +338,12 @@ class RandK(FixedKSparse):
             return self.k * self._float_bits
         return super().model_bits(payload, d)
 
+    def sparse_layout(self, d: int) -> tuple[int, int, int]:
+        """``shared_seed``: k values, no indices (their seed is header overhead; never Elias-flagged)."""
+        if self.shared_seed:
+            return self.k * self._float_bits, 0, wire.HEADER_BYTES + 4
+        return super().sparse_layout(d)
+
     def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
         d = x.shape[0]
         seed32 = np.uint64(seed) & np.uint64(0xFFFFFFFF)

@@ -31,6 +31,8 @@ import math
 
 import numpy as np
 
+from ..compressors.kernels.sparse import elias_stream_bits
+from ..compressors.kernels.wire import FLAG_ELIAS, FLAGS_BYTE, bits_for
 from ..errors import ConfigError
 from ..transport import LEDGER, LENGTH_BYTES, wtime
 
@@ -121,6 +123,7 @@ class Exchange:
         for the untimed bit accounting (and the workers' payload lengths in ``counts``)."""
         self.msgs = messages(got, self.worker_ranks)
         self.counts = got[1][self.worker_ranks]
+        self._got = got
         return self.msgs
 
     def floor_ops(self, per_iteration: np.ndarray, d: int) -> list:
@@ -185,11 +188,19 @@ class Exchange:
         iteration at -n 32): the wire bits from the payload lengths in one array operation; the
         model bits too when every worker's bits are a function of its payload's length
         (:meth:`_bits_by_length`) and the lengths are those of the previous iteration (fixed-size
-        formats: every iteration after the first), else per message. Same values, same sums."""
+        formats: every iteration after the first), and also when every worker's compressor has a
+        fixed sparse layout (:meth:`~hpcgc.compressors.base.Compressor.sparse_layout`: rand-k,
+        top-k, natural-randk — value bits + fixed-width or, where the header's flag says so,
+        Elias-coded index bits, for all workers at once: :meth:`_sparse_bits`); else per message. Same values, same
+        sums."""
         counts = self.counts
         bits_wire += 8.0 * (LENGTH_BYTES + counts)
         if self._bits_by_length() and self._bits_counts is not None and np.array_equal(counts, self._bits_counts):
             bits_model += self._bits_vector
+            return 0.0
+        layouts = self._sparse_layouts()
+        if layouts is not None:
+            bits_model += self._sparse_bits(layouts, counts)
             return 0.0
         model = np.array([self.alg.model_bits(i, p) for i, p in self.msgs], dtype=np.float64)
         bits_model += model
@@ -198,6 +209,8 @@ class Exchange:
 
     _bits_counts = None
     _by_length = None
+    _layouts = False
+    _got = None
 
     def _bits_by_length(self) -> bool:
         """True when every worker's model bits are its compressor's formula of (d, payload length)
@@ -207,6 +220,43 @@ class Exchange:
             self._by_length = (type(self.alg).model_bits is Algorithm.model_bits
                                and all(c.BITS_BY_LENGTH for c in self.alg.compressors))
         return self._by_length
+
+    def _sparse_layouts(self):
+        """Every worker's (value bits, nnz, index-stream offset) as three arrays
+        (``Compressor.sparse_layout``), or None when some worker's compressor has none or the
+        algorithm counts its own bits."""
+        if self._layouts is False:
+            from ..algorithms.base import Algorithm
+            lay = ([c.sparse_layout(self.alg.d) for c in self.alg.compressors]
+                   if type(self.alg).model_bits is Algorithm.model_bits else [None])
+            self._layouts = None if any(x is None for x in lay) else (
+                np.array([x[0] for x in lay], dtype=np.float64), np.array([x[1] for x in lay], dtype=np.int64),
+                np.array([x[2] for x in lay], dtype=np.int64))
+        return self._layouts
+
+    def _sparse_bits(self, layouts, counts):
+        """The workers' model bits of this iteration from their payloads' headers: value bits +
+        nnz·⌈log₂d⌉, or + the Elias stream's bits where the flag is set (one kernel call for all of
+        those); ``alg.model_bits`` per message for a payload shorter than its layout or a stream the
+        kernel refuses (neither in a valid run: the server step decoded them)."""
+        vbits, nnz, ioff = layouts
+        buf, _, displs = self._got
+        d = self.alg.d
+        starts = displs[self.worker_ranks] + ioff
+        slow = counts < ioff
+        ok = ~slow
+        elias = np.zeros(counts.shape[0], dtype=bool)
+        elias[ok] = (buf[displs[self.worker_ranks][ok] + FLAGS_BYTE] & FLAG_ELIAS) != 0
+        ibits = nnz * bits_for(d)
+        if elias.any():
+            got = np.empty(int(elias.sum()), dtype=np.int64)
+            elias_stream_bits(buf, starts[elias], (displs[self.worker_ranks] + counts)[elias], nnz[elias], d, got)
+            ibits[elias] = got
+            slow[elias] = got < 0
+        model = vbits + ibits
+        for i in np.flatnonzero(slow):
+            model[i] = self.alg.model_bits(int(i), self.msgs[i][1])
+        return model
 
     def state(self) -> dict:
         """What the exchange carries from one iteration to the next (checkpoints); default: nothing.

@@ -51,6 +51,8 @@ if sys.byteorder != "little":  # pragma: no cover - every current HPC platform i
 
 HEADER_BYTES = 8
 MAX_D = 2**32 - 1          # d is stored as uint32
+FLAGS_BYTE = 1
+"""Offset of the flags byte in the header (after the format id)."""
 FLAG_FP64 = 0x01
 FLAG_ELIAS = 0x02
 """Sparse formats: the index stream is Elias-omega coded gaps (:mod:`.sparse`); ``qsgd`` with
