@@ -26,6 +26,7 @@ def warm_jit(specs, transport: Transport, sizes=(), kernels=()):
     threshold for d >= 2**16, a k that does not fit in 64), and a kernel first met inside a run's
     iteration would put its compilation or cache load into that iteration's time."""
     from ..compressors.kernels._numba_cache import WouldCompile, cache_only, init_target
+    from ..compressors.kernels.sparse import elias_stream_bits
     from ..problems import expit
 
     at_size = list({(c.spec, int(d)): (c, int(d)) for c, d in sizes}.values())
@@ -41,6 +42,9 @@ def warm_jit(specs, transport: Transport, sizes=(), kernels=()):
         out = np.zeros(d)
         c.decompress_add(p, d, out, 1.0)
         c.model_bits(p, d)
+        if c.sparse_layout(d) is not None:      # rank 0's bit accounting of such payloads (Exchange.account)
+            one = np.zeros(1, dtype=np.int64)
+            elias_stream_bits(p, one, one + p.size, one, d, np.empty(1, dtype=np.int64))
 
     def warm():
         expit(np.zeros(1))
