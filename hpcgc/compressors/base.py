@@ -698,9 +698,15 @@ class SparseCompressor(Compressor):
         """Check header, count and index stream; returns (payload, values offset, nnz, indices,
         index bits)."""
         payload = self._as_payload(payload, d)
-        flags = wire.check_header(payload, self.name, self.FORMAT_ID, self._flags, self._fingerprint,
-                                  d, wire.HEADER_BYTES + self._prefix, free_flags=wire.FLAG_ELIAS,
-                                  exact=False)
+        head = payload[:wire.HEADER_BYTES].tobytes()
+        if payload.size >= wire.HEADER_BYTES + self._prefix and head == self._header(d, self._flags):
+            flags = self._flags         # the two headers check_header accepts, as bytes (rank 0's hot path)
+        elif payload.size >= wire.HEADER_BYTES + self._prefix and head == self._header(d, self._flags | wire.FLAG_ELIAS):
+            flags = self._flags | wire.FLAG_ELIAS
+        else:
+            flags = wire.check_header(payload, self.name, self.FORMAT_ID, self._flags, self._fingerprint,
+                                      d, wire.HEADER_BYTES + self._prefix, free_flags=wire.FLAG_ELIAS,
+                                      exact=False)
         if self.VARIABLE_NNZ:
             nnz = int.from_bytes(payload[wire.HEADER_BYTES:wire.HEADER_BYTES + 4].tobytes(), "little")
             if nnz > d:
