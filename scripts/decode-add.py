@@ -33,19 +33,22 @@ def main() -> None:
         return 1e6 * b
 
     for spec in a.specs:
-        c = compressors.make(spec)
-        rng = np.random.default_rng(0)
-        enc, add = c.prepared(a.d)
-        x = rng.standard_normal(a.d)
-        pays = [enc(rng.standard_normal(a.d), rng) for _ in range(a.n)]
-        out = np.zeros(a.d)
+        enc_us, add_us = measure(compressors.make(spec), a.n, a.d, best)
+        print(f"{spec:24s} encode {enc_us:7.2f} CPU-µs   {a.n} adds {add_us:8.2f} CPU-µs  (d = {a.d})")
 
-        def adds():
-            for p in pays:
-                add(p, out, 1.0 / a.n)
-        print(f"{spec:24s} encode {best(lambda: enc(x, rng), 3000):7.2f} CPU-µs   "
-              f"{a.n} adds {best(adds, 300):8.2f} CPU-µs  (d = {a.d})")
 
+def measure(c, n: int, d: int, best) -> tuple[float, float]:
+    """(CPU-µs of one encode, of n adds) of compressor ``c`` at dimension d."""
+    rng = np.random.default_rng(0)
+    enc, add = c.prepared(d)
+    x = rng.standard_normal(d)
+    pays = [enc(rng.standard_normal(d), rng) for _ in range(n)]
+    out = np.zeros(d)
+
+    def adds():
+        for p in pays:
+            add(p, out, 1.0 / n)
+    return best(lambda: enc(x, rng), 3000), best(adds, 300)
 
 if __name__ == "__main__":
     main()
