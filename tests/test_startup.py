@@ -30,9 +30,11 @@ _RANK_SCRIPT = textwrap.dedent("""
     out = sys.argv[1]
     rc = hpcgc.bench.main(["--set", "run.iterations=2", "--set", 'sweep.algorithm=["diana"]',
                            "--set", 'sweep.compressor=["qsgd:s=2"]', "-o", out, "-q"])
+    from hpcgc.compressors.kernels import dither
     rank = MPI.COMM_WORLD.Get_rank()
     with open(f"{out}.rank{rank}.json", "w") as f:
-        json.dump({"rc": rc, "modules": sorted(sys.modules)}, f)
+        json.dump({"rc": rc, "modules": sorted(sys.modules), "kernels": len(dither.qsgd_encode.overloads),
+                   "cache_hits": sum(dither.qsgd_encode.stats.cache_hits.values())}, f)
 """)
 
 
@@ -47,12 +49,28 @@ def test_worker_rank_imports_only_what_workers_use(tmp_path):
     assert "h5py" in root                                   # rank 0 writes the file: the check can fail
     assert not [m for m in HEAVY if m in worker], sorted(m for m in HEAVY if m in worker)
     assert not [m for m in SCIPY_PARTS if m in worker], sorted(m for m in SCIPY_PARTS if m in worker)
-    assert "numba.np.arraymath" in worker                  # numba's target was initialised: kernels ran
+    assert ranks[1]["kernels"] > 0                          # the worker ran qsgd's kernel
     # the run's compressor only (qsgd, with its code=elias half), not the catalogue
     loaded = {m.rsplit(".", 1)[-1] for m in worker if m.startswith("hpcgc.compressors.")}
     assert {"qsgd", "qsgd_elias", "base"} <= loaded
     assert not loaded & {"topk", "randk", "natural", "quant", "sparsify_plus", "powersgd", "dither_plus",
                          "block_quant", "sign", "threshold", "bernoulli", "identity", "reference"}, loaded
+
+
+def test_cached_kernels_load_without_numbas_registries(tmp_path):
+    """With numba's cache warm (a first run fills it), every rank loads its kernels without numba's
+    target refresh — no typing and lowering registries (``numba.np.arraymath``, ``numba.typed``,
+    ``numba.np.random``), only the runtime (``_numba_cache.cache_only``); the run still completes."""
+    for name in ("warm.h5", "run.h5"):              # the first may compile (cold cache); the second must not
+        out = tmp_path / name
+        p = run_mpi(2, ["-c", _RANK_SCRIPT, str(out)], timeout=240)
+        assert p.returncode == 0, p.stdout + p.stderr
+    ranks = [json.loads((tmp_path / f"run.h5.rank{r}.json").read_text()) for r in (0, 1)]
+    for r in ranks:
+        assert r["rc"] == 0 and r["kernels"] > 0 and r["cache_hits"] > 0, r["rc"]
+        registries = [m for m in ("numba.np.arraymath", "numba.typed.typeddict", "numba.np.random.generator_core")
+                      if m in r["modules"]]
+        assert not registries, registries
 
 
 def _python(code: str, env=None) -> str:
