@@ -8,6 +8,7 @@
 #   bash scripts/measure-performance.sh [TARGET...]     # targets: 2 2-a9a 4 5 6 7 traffic n32 allreduce-emu
 #                                                       # (default: 2 2-a9a 4 5 6)
 #   NP=32 bash scripts/measure-performance.sh 5         # start-up at -n NP (default 32)
+#   CHECKOUTS="/path/to/before ." bash scripts/measure-performance.sh 5   # interleaved with another checkout
 #   GRID="0 2 7 4" ITERS=40 bash scripts/measure-performance.sh traffic   # issue 31 target 1
 #   AUTHORS=/tmp/Paper_9107_code bash scripts/measure-performance.sh 7
 #   ROUNDS=3 ITERS=60 CALLS=100 bash scripts/measure-performance.sh allreduce-emu   # issue 31 target 2 (as root)
@@ -52,16 +53,26 @@ for t in "${targets[@]}"; do
         --set 'sweep.algorithm=["diana"]' --set 'sweep.compressor=["qsgd:s=64"]' -q -o "$out/t4.h5" --overwrite ;;
     5)
       np_=${NP:-32}
-      say "target 5: start-up at -n $np_, warm cache: bare, then hpcgc, three times interleaved (seconds)"
-      # warm: numba's kernel cache (filled by the first run, not timed) and Python's bytecode cache —
+      say "target 5: start-up at -n $np_, warm cache: bare, then hpcgc (each of CHECKOUTS), three times interleaved (seconds)"
+      py=$(realpath -s "$PY"); mpx=$(realpath -s "$MPIEXEC")     # absolute, the venv kept (no symlink resolution)
+      read -r -a checkouts <<< "${CHECKOUTS:-.}"
+      t5() {    # the timed command, run in checkout $1 (this venv's python runs that checkout's hpcgc)
+        (cd "$1" && "$mpx" -n "$2" "$py" -m hpcgc.bench --set run.iterations=1 --set 'sweep.algorithm=["diana"]' \
+          --set 'sweep.compressor=["qsgd:s=2"]' -o "$out/t5.h5" --overwrite -q)
+      }
+      # warm: numba's kernel cache (filled by an untimed first run) and Python's bytecode cache —
       # with PYTHONDONTWRITEBYTECODE=1 and no .pyc every rank would compile hpcgc's sources each start
-      "$PY" -m compileall -q hpcgc
-      "$MPIEXEC" -n 2 "$PY" -m hpcgc.bench --set run.iterations=1 --set 'sweep.algorithm=["diana"]' \
-        --set 'sweep.compressor=["qsgd:s=2"]' -o "$out/t5.h5" --overwrite -q > /dev/null
+      for c in "${checkouts[@]}"; do
+        (cd "$c" && "$py" -m compileall -q hpcgc)
+        t5 "$c" 2 > /dev/null
+      done
       for i in 1 2 3; do
+        echo "# round $i, load $(cut -d' ' -f1-3 /proc/loadavg)"
         /usr/bin/time -f "bare %e s wall, %U + %S s cpu (all ranks)" "$MPIEXEC" -n "$np_" "$PY" -c "from mpi4py import MPI; import numpy, numba; MPI.COMM_WORLD.Barrier()"
-        /usr/bin/time -f "hpcgc %e s wall, %U + %S s cpu (all ranks)" "$MPIEXEC" -n "$np_" "$PY" -m hpcgc.bench --set run.iterations=1 \
-          --set 'sweep.algorithm=["diana"]' --set 'sweep.compressor=["qsgd:s=2"]' -o "$out/t5.h5" --overwrite -q
+        for c in "${checkouts[@]}"; do
+          /usr/bin/time -f "hpcgc ($c, $(git -C "$c" rev-parse --short HEAD)) %e s wall, %U + %S s cpu (all ranks)" \
+            bash -c "$(declare -f t5); out=$out mpx=$mpx py=$py; t5 $c $np_" > /dev/null
+        done
       done ;;
     6)
       say "target 6: compressor kernels against a paired copy, 2^22..2^24"
