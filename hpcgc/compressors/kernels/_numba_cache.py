@@ -199,13 +199,7 @@ def cache_only():
     kernels at once when the cache is complete, and fall back to one compiling rank when it is not
     (``hpcgc.run.experiment.warm_jit``).
 
-    Inside the block a cache load also skips numba's target refresh: numba's
-    ``Cache.load_overload`` calls ``target_context.refresh()`` first, which loads every typing and
-    lowering registry (``numba.np.arraymath``, ``numba.typed``, ``numba.np.random``, … ≈ 0.15
-    CPU-s per process, measured) — needed to *compile*, not to relink a cached object file, which
-    needs only numba's runtime (NRT) symbols: ``rtsys.initialize``, the part of the refresh that
-    registers them. A compile outside the block (a miss, or a kernel first met later) goes through
-    numba's compiler, which refreshes the contexts itself (``CompilerBase.__init__``)."""
+    Cache loads skip numba's target refresh from here on (:func:`light_loads`)."""
     from numba.core import event
 
     class _Refuse(event.Listener):
@@ -215,20 +209,36 @@ def cache_only():
         def on_end(self, ev):
             pass
 
+    light_loads()
+    listener = _Refuse()
+    event.register("numba:compile", listener)
+    try:
+        yield
+    finally:
+        event.unregister("numba:compile", listener)
+
+
+def light_loads() -> None:
+    """From now on in this process, numba loads a cached kernel without refreshing its target.
+
+    numba's ``Cache.load_overload`` calls ``target_context.refresh()`` first, which imports and
+    installs every typing and lowering registry (``numba.np.arraymath``, ``numba.typed``,
+    ``numba.np.random``, … ≈ 0.15 CPU-s per process, measured; ``docs/performance.md``, start-up) —
+    what *compiling* needs, not relinking a cached object file, which needs only numba's runtime
+    (NRT) symbols: ``rtsys.initialize``, the first step of that refresh, is all a load does here.
+    A compile (a cache miss) is unaffected: numba's compiler refreshes the contexts itself
+    (``CompilerBase.__init__``). Idempotent; called by :func:`cache_only`, so it holds for the rest
+    of a run too (a kernel first met after the warm-up loads as lightly)."""
     from numba.core import caching
     from numba.core.runtime import rtsys
+
+    if getattr(caching.Cache.load_overload, "_hpcgc_light", False):
+        return
 
     def load_overload(cache, sig, target_context):
         rtsys.initialize(target_context)
         with cache._guard_against_spurious_io_errors():
             return cache._load_overload(sig, target_context)
 
-    listener = _Refuse()
-    event.register("numba:compile", listener)
-    full = caching.Cache.load_overload
+    load_overload._hpcgc_light = True
     caching.Cache.load_overload = load_overload
-    try:
-        yield
-    finally:
-        caching.Cache.load_overload = full
-        event.unregister("numba:compile", listener)
