@@ -234,6 +234,8 @@ def light_loads() -> None:
 
     if getattr(caching.Cache.load_overload, "_hpcgc_light", False):
         return
+    if not (hasattr(caching.Cache, "_load_overload") and hasattr(caching.Cache, "_guard_against_spurious_io_errors")):
+        return                       # another numba than the one this was written against: its own loads stay
 
     def load_overload(cache, sig, target_context):
         rtsys.initialize(target_context)
