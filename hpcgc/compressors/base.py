@@ -407,6 +407,13 @@ class Compressor(ABC):
                               f"'reduce-scatter'; collectives it can use: {', '.join(self.collectives)}")
         return self
 
+    def payload_bound(self, d: int) -> int | None:
+        """The most bytes any payload of this compressor at dimension d can have, when that is fixed
+        before the vector is seen: ``run.overlap`` under ``allgather`` sends each bucket's payload in
+        a slot of this size with no length announcement (:mod:`hpcgc.exchange.overlap_allgather`).
+        None (the default): not declared, so that exchange refuses the compressor."""
+        return None
+
     # -- run context -----------------------------------------------------------------------------
     def for_run(self, *, d: int, n_workers: int) -> Compressor:
         """This compressor with parameters that depend on the run resolved (the runner calls it
@@ -777,6 +784,14 @@ class FixedKSparse(SparseCompressor):
     def sparse_layout(self, d: int) -> tuple[int, int, int]:
         """k values (``_value_bits``), k indices after them (fixed-count format: no nnz prefix)."""
         return self._value_bits(self.k), self.k, wire.HEADER_BYTES + self._prefix + self._value_bytes(self.k)
+
+    def payload_bound(self, d: int) -> int | None:
+        """Header, k values and k fixed ⌈log₂d⌉-bit indices: the index stream is Elias-omega gaps
+        only when those are shorter (:func:`~.kernels.sparse.encode_indices`). None for a layout
+        without indices (rand-k's shared seed) or with a variable count."""
+        if self.VARIABLE_NNZ or getattr(self, "shared_seed", False):
+            return None
+        return wire.HEADER_BYTES + self._value_bytes(self.k) + wire.packed_bytes(self.k, wire.bits_for(d))
 
     def _check_k(self, d: int) -> None:
         if self.k > d:

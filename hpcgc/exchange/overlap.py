@@ -29,8 +29,9 @@ algorithms that form their message coordinate by coordinate from one gradient
 (``Algorithm.overlaps``: dcgd, diana, ef) and the elementwise codecs of ``identity`` (float32,
 ``fp64=true``, ``identity:fp16``, ``identity:bf16``). Refused, with the reason: ``int8`` (its scale
 is a MAX over the whole vector, known only after the backward pass), ``randk:shared_seed=true`` and
-``powersgd`` (their message is not per coordinate), every other collective (a payload whose length
-is announced first needs two chained non-blocking collectives per bucket). A problem with one layer
+``powersgd`` (their message is not per coordinate). ``allgather``: :mod:`.overlap_allgather` (per-bucket
+compression in fixed-size slots). Every other collective is refused: ``gather`` and ``reduce-scatter``
+announce a payload's length before the payload (two chained collectives per bucket; ``docs/overlap.md``). A problem with one layer
 (logreg, ridge, sigmoid-loss, softmax) has nothing to overlap: the run warns and exchanges as usual.
 
 Phases: ``grad`` is the backward pass alone; ``compress`` the buckets' casts; ``wait_up`` 0 (no
@@ -47,8 +48,13 @@ import numpy as np
 from ..transport import wtime
 from .base import DIVERGED, Exchange
 
-SUPPORTED = "run.collective = 'allreduce' with dcgd, diana or ef and identity (float32, fp64=true, fp16, bf16)"
+SUPPORTED = ("run.collective = 'allreduce' with dcgd, diana or ef and identity (float32, fp64=true, fp16, bf16); "
+             "run.collective = 'allgather' with dcgd or diana and randk (shared_seed=false), or ef and topk")
 """What ``run.overlap`` supports, named in every refusal."""
+ALLGATHER = {"dcgd": ("randk",), "diana": ("randk",), "ef": ("topk",)}
+"""``allgather`` (:mod:`.overlap_allgather`): algorithm → compressors whose per-bucket payload has a
+bound known before the pass (``Compressor.payload_bound``) and whose per-bucket form keeps the
+algorithm's constants valid (ef: a biased compressor, scale 1)."""
 WHY = {
     "int8": "int8's scale is a MAX over the whole vector, known only after the backward pass",
     "randk": "shared-seed rand-k samples its coordinates over the whole vector",
@@ -62,7 +68,14 @@ def refusal(r: dict, alg_cls, comp) -> str | None:
     """Why ``run.overlap = true`` cannot run with this [run] table, algorithm class and compressor
     (one line naming what is supported), or None. Plan time, no data."""
     if not r.get("overlap"):
+        if r.get("overlap_blocking"):
+            return "run.overlap_blocking = true needs run.overlap = true (it is the blocking form of its buckets)"
         return None
+    if r["collective"] == "allgather":
+        return _allgather_refusal(r, alg_cls, comp)
+    if r.get("overlap_blocking"):
+        return ("run.overlap_blocking = true is for run.collective = 'allgather' (the per-bucket compressor); "
+                "the blocking form of the allreduce buckets is run.overlap = false (the same bits)")
     if r["collective"] != "allreduce":
         return (f"run.overlap = true is not supported under run.collective = {r['collective']!r}; "
                 f"supported: {SUPPORTED}")
@@ -76,6 +89,20 @@ def refusal(r: dict, alg_cls, comp) -> str | None:
     return None
 
 
+def _allgather_refusal(r: dict, alg_cls, comp) -> str | None:
+    name = alg_cls.name
+    if not getattr(alg_cls, "overlaps", False) or name not in ALLGATHER:
+        return (f"run.overlap = true is not supported with algorithm {name!r} under run.collective = 'allgather'; "
+                f"supported: {SUPPORTED}")
+    if comp.name not in ALLGATHER[name] or not comp.segment_wise or comp.payload_bound(1 << 20) is None:
+        why = ("error feedback's step scales the decoded sum by the whole vector's 1/(1 + ω), not the buckets'"
+               if name == "ef" and comp.unbiased else
+               "its payload length is not bounded before the vector is seen, or it has no per-bucket form")
+        return (f"run.overlap = true under run.collective = 'allgather' is not supported with {name!r} and "
+                f"compressor {comp.spec} ({why}); supported: {SUPPORTED}")
+    return None
+
+
 def warning(kind: str) -> str | None:
     """The warning of ``run.overlap = true`` on a problem with one layer, or None."""
     if kind in ONE_LAYER:
@@ -84,29 +111,29 @@ def warning(kind: str) -> str | None:
     return None
 
 
-class OverlapAllreduce(Exchange):
-    """``allreduce`` with one ``Iallreduce`` per bucket, started from inside the backward pass."""
+class Bucketed(Exchange):
+    """The backward pass with one non-blocking collective per bucket, started as the pass completes
+    it (:meth:`compute`, the phase accounting); a subclass encodes and starts a bucket
+    (:meth:`_encode_bucket`, :meth:`_start_bucket`) and finishes the exchange after the pass."""
 
-    name = "allreduce"
-    summary = "every rank sums each layer's message with MPI_Iallreduce as the backward pass completes it"
+    draws_after = False
+    """True: one 64-bit word is drawn from the encode generator after the pass (see compute)."""
 
     def __init__(self, *args, buckets, **kwargs):
         super().__init__(*args, **kwargs)
-        alg = self.alg
-        comp = alg.compressors[self.me]
         self.buckets = list(buckets)                     # [(a, b)], in the order the backward pass completes them
         self.index = {ab: j for j, ab in enumerate(self.buckets)}
-        self.codecs = [comp.sum_codec(b - a) for a, b in self.buckets]
-        w = np.asarray(alg.weights, dtype=np.float64)
-        equal = bool(np.all(w == w[0]))
-        self.weight = 1.0 if equal else float(w[self.me])
-        self.scale = float(w[0]) if equal else 1.0
-        self.sums = [np.empty(c.lengths()[0], dtype=c.round_dtypes()[0]) for c in self.codecs]
-        self.op = self.codecs[0].reductions()[0]
-        self.sink = np.random.default_rng(0)             # the buckets' own draws: discarded (see compute)
         self.ws = None
         self.started = 0
         self.window = [0.0, 0]                           # Σ seconds, iterations: see window_seconds
+
+    def _encode_bucket(self, j: int, a: int, b: int):
+        """Bucket j's message [a, b), final: the buffer its collective sends."""
+        raise NotImplementedError
+
+    def _start_bucket(self, j: int, v) -> None:
+        """Start bucket j's non-blocking collective on the buffer :meth:`_encode_bucket` returned."""
+        raise NotImplementedError
 
     # -- the backward pass -------------------------------------------------------------------------
     def compute(self, ws, x, local, rng) -> None:
@@ -118,9 +145,10 @@ class OverlapAllreduce(Exchange):
         self._first, self._hooks_after = None, 0.0
         self.alg.worker_compute_layers(ws, x, local, rng, self._ready)
         end = wtime()
-        # the whole-vector codec draws one 64-bit word per iteration after the gradient's draws (the
-        # mini-batch; often the same generator), unused by these codecs: so do we, at the same point
-        self.rng.integers(0, 2**64, dtype=np.uint64)
+        if self.draws_after:
+            # the whole-vector codec draws one 64-bit word per iteration after the gradient's draws (the
+            # mini-batch; often the same generator), unused by these codecs: so do we, at the same point
+            self.rng.integers(0, 2**64, dtype=np.uint64)
         if self._busy is not None:
             self.hidden += end - self._busy - self._busy_hooks
         if self._first is not None:
@@ -134,7 +162,7 @@ class OverlapAllreduce(Exchange):
     def _ready(self, a: int, b: int) -> None:
         t0 = wtime()
         j = self.index[(a, b)]
-        v = self.codecs[j].begin(self.alg.worker_message(self.ws)[a:b], self.weight, self.sink)
+        v = self._encode_bucket(j, a, b)
         t1 = wtime()
         if self._first is None:
             self._first = t1
@@ -144,7 +172,7 @@ class OverlapAllreduce(Exchange):
             self._busy, self._busy_hooks = t1, 0.0
         else:
             self._busy_hooks += t1 - t0
-        self.t.iallreduce(v, self.sums[j], *self.op)
+        self._start_bucket(j, v)
         self.started += 1
         done = self.t.test_pending()
         t2 = wtime()
@@ -161,6 +189,33 @@ class OverlapAllreduce(Exchange):
         first bucket's start (the exchange's own work taken out) — the computation that can hide
         communication, the H of the break-even model's max(0, T_comm − H) (``docs/breakeven.md``)."""
         return self.window[0] / self.window[1] if self.window[1] else float("nan")
+
+
+class OverlapAllreduce(Bucketed):
+    """``allreduce`` with one ``Iallreduce`` per bucket, started from inside the backward pass."""
+
+    name = "allreduce"
+    summary = "every rank sums each layer's message with MPI_Iallreduce as the backward pass completes it"
+    draws_after = True
+
+    def __init__(self, *args, buckets, **kwargs):
+        super().__init__(*args, buckets=buckets, **kwargs)
+        alg = self.alg
+        comp = alg.compressors[self.me]
+        self.codecs = [comp.sum_codec(b - a) for a, b in self.buckets]
+        w = np.asarray(alg.weights, dtype=np.float64)
+        equal = bool(np.all(w == w[0]))
+        self.weight = 1.0 if equal else float(w[self.me])
+        self.scale = float(w[0]) if equal else 1.0
+        self.sums = [np.empty(c.lengths()[0], dtype=c.round_dtypes()[0]) for c in self.codecs]
+        self.op = self.codecs[0].reductions()[0]
+        self.sink = np.random.default_rng(0)             # the buckets' own draws: discarded (see compute)
+
+    def _encode_bucket(self, j: int, a: int, b: int):
+        return self.codecs[j].begin(self.alg.worker_message(self.ws)[a:b], self.weight, self.sink)
+
+    def _start_bucket(self, j: int, v) -> None:
+        self.t.iallreduce(v, self.sums[j], *self.op)
 
     # -- after the backward pass -----------------------------------------------------------------
     def encode(self, ws):

@@ -17,6 +17,7 @@ from ..exchange import downlink
 from ..exchange.base import CONTINUE
 from ..exchange.overlap import OverlapAllreduce
 from ..exchange.overlap import warning as overlap_warning
+from ..exchange.overlap_allgather import OverlapAllgather
 from ..problems import BINARY_KINDS
 from ..transport import LENGTH_BYTES, PHASES, Transport
 from ..typed_state import StateMismatch
@@ -294,8 +295,10 @@ class Run:
             mine = np.full(width, -np.inf) if vals is None else np.asarray(vals, dtype=np.float64)
             alg.set_agreed(t.allreduce_max_array(mine))
         ex_cls, more = exchange.get(r["collective"]), {}
-        if self.overlap_buckets:                      # run.overlap (hpcgc.exchange.overlap)
+        if self.overlap_buckets:                      # run.overlap (hpcgc.exchange.overlap, .overlap_allgather)
             ex_cls, more = OverlapAllreduce, {"buckets": s.model.buckets()}
+            if r["collective"] == "allgather":
+                ex_cls, more = OverlapAllgather, {**more, "blocking": r["overlap_blocking"]}
         if self.nodes is None:
             ex = ex_cls(t, alg, s.worker_ranks, me, x, self._encode_rng(),
                         downlink=self.downlink, downlink_rng=self.down_rng, **more)

@@ -63,7 +63,7 @@ class Transport:
         self._a2a_sdispls = np.zeros(self.size, dtype=np.int64)
         self._a2a_rdispls = np.zeros(self.size, dtype=np.int64)
         self._a2a_buf = np.zeros(1 << 16, dtype=np.uint8)
-        self._pending = []                                       # run.overlap: the started Iallreduce requests
+        self._pending = []                                       # run.overlap: the started non-blocking requests
         self.reset_ledger()
 
     # -- ledger ---------------------------------------------------------------------------------
@@ -203,6 +203,24 @@ class Transport:
         self._pending.append(self.comm.Iallreduce([vec, dt], [out, dt], op=mop))
         self.ledger[_ALLREDUCE] += vec.nbytes
         self.received[_ALLREDUCE] += out.nbytes
+
+    def allgather_slots(self, slot: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """``MPI_Allgather`` of one fixed-size ``uint8`` slot per rank into ``out`` (size·slot bytes,
+        rank r's slot at r·slot.size): the blocking form of :meth:`iallgather_slots` (``run.overlap``
+        under ``allgather``, ``run.overlap_blocking``). No announcement: every rank knows the size.
+        Ledger ``Allgather``: the slot sent, the others' slots received."""
+        self.comm.Allgather([slot, MPI.BYTE], [out, MPI.BYTE])
+        self.ledger[_ALLGATHER] += slot.nbytes
+        self.received[_ALLGATHER] += slot.nbytes * (self.size - 1)
+        return out
+
+    def iallgather_slots(self, slot: np.ndarray, out: np.ndarray) -> None:
+        """Start :meth:`allgather_slots` (``MPI_Iallgather``) and keep its request among the pending
+        ones, like :meth:`iallreduce` (same ledger entries, counted when started); neither buffer may
+        be touched until :meth:`wait_pending` returns."""
+        self._pending.append(self.comm.Iallgather([slot, MPI.BYTE], [out, MPI.BYTE]))
+        self.ledger[_ALLGATHER] += slot.nbytes
+        self.received[_ALLGATHER] += slot.nbytes * (self.size - 1)
 
     def test_pending(self) -> bool:
         """``MPI_Testall`` on the pending requests: lets MPI progress them (the tests between layers of
