@@ -29,21 +29,53 @@ def cfg_with(**run):
 
 @pytest.mark.parametrize("run, needle", [
     ({"collective": "gather", "algorithm": "dcgd", "compressor": "identity"}, "under run.collective = 'gather'"),
-    ({"collective": "allgather", "algorithm": "ef", "compressor": "topk:k=10"}, "under run.collective = 'allgather'"),
+    ({"collective": "reduce-scatter", "algorithm": "ef", "compressor": "topk:k=10"},
+     "under run.collective = 'reduce-scatter'"),
+    ({"collective": "allgather", "algorithm": "ef", "compressor": "randk:k=10"}, "the whole vector's 1/(1 + ω)"),
+    ({"collective": "allgather", "algorithm": "ef", "compressor": "scaled-sign"}, "not bounded before the vector"),
+    ({"collective": "allgather", "algorithm": "diana", "compressor": "qsgd"}, "not bounded before the vector"),
+    ({"collective": "allgather", "algorithm": "diana", "compressor": "randk:k=10,shared_seed=true"},
+     "not bounded before the vector"),
+    ({"collective": "allgather", "algorithm": "ef21", "compressor": "topk:k=10"}, "algorithm 'ef21'"),
+    ({"overlap": False, "overlap_blocking": True, "algorithm": "dcgd", "compressor": "identity"},
+     "run.overlap_blocking = true needs run.overlap = true"),
+    ({"overlap_blocking": True, "algorithm": "dcgd", "compressor": "identity"}, "is for run.collective = 'allgather'"),
     ({"algorithm": "dcgd", "compressor": "int8"}, "int8's scale is a MAX over the whole vector"),
     ({"algorithm": "dcgd", "compressor": "randk:k=10,shared_seed=true"}, "compressor randk"),
     ({"algorithm": "local-sgd", "compressor": "identity"}, "algorithm 'local-sgd'"),
 ])
 def test_refused_at_plan_time_in_one_line_naming_what_is_supported(run, needle):
     (msg,) = check(cfg_with(**run))
-    assert needle in msg and "supported: run.collective = 'allreduce' with dcgd, diana or ef" in msg
-    assert "\n" not in msg
+    assert needle in msg and "\n" not in msg
+    if "overlap_blocking" not in run:
+        assert "supported: run.collective = 'allreduce' with dcgd, diana or ef" in msg
+        assert "run.collective = 'allgather' with dcgd or diana and randk (shared_seed=false), or ef and topk" in msg
 
 
 @pytest.mark.parametrize("alg", ["dcgd", "diana", "ef"])
 @pytest.mark.parametrize("spec", ["identity", "identity:fp16", "identity:bf16", "identity:fp64=true"])
 def test_accepted_at_plan_time(alg, spec):
     assert check(cfg_with(algorithm=alg, compressor=spec)) == []
+
+
+@pytest.mark.parametrize("alg, spec", [("dcgd", "randk:k=10"), ("diana", "randk:k=10,fp64=true"), ("ef", "topk:k=10")])
+@pytest.mark.parametrize("blocking", [False, True])
+def test_accepted_under_allgather(alg, spec, blocking):
+    assert check(cfg_with(collective="allgather", algorithm=alg, compressor=spec, overlap_blocking=blocking)) == []
+
+
+@pytest.mark.parametrize("spec", ["topk:k=7", "topk:k=300,fp64=true", "randk:k=7", "randk:k=300"])
+@pytest.mark.parametrize("d", [301, 4096, 5000])
+def test_payload_bound_holds_for_every_index_layout(spec, d):
+    """The slot of run.overlap under allgather: no payload is longer than payload_bound(d), whether the
+    indices go fixed-width (spread) or as Elias-omega gaps (clustered: shorter)."""
+    comp = compressors.make(spec)
+    rng = np.random.default_rng(0)
+    spread, clustered = rng.standard_normal(d), np.zeros(d)
+    clustered[:300] = rng.standard_normal(300) + 10.0
+    sizes = [comp.compress(x, rng).size for x in (spread, clustered, np.ones(d))]
+    assert max(sizes) <= comp.payload_bound(d)
+    assert compressors.make("qsgd").payload_bound(d) is None
 
 
 def test_one_layer_problems_warn_not_refuse():
