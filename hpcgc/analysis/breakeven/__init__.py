@@ -22,7 +22,9 @@ experiment's target on a network of latency α and inverse bandwidth β, with ``
   ``gather``    MPI_Gather of the 4-byte lengths + MPI_Gatherv of (n − 1) payloads into the root,
                 then MPI_Bcast of the iterate (a compressed downlink: an 8-byte header + the payload)
   ``allreduce`` ``exchange_rounds`` MPI_Allreduce calls of the worker's vectors (PowerSGD: 2)
-  ``allgather`` MPI_Allgather of the lengths + MPI_Allgatherv of the payloads
+  ``allgather`` MPI_Allgather of the lengths + MPI_Allgatherv of the payloads (``run.overlap``: one
+                MPI_Iallgather of a fixed-size slot per bucket, priced as that pair of the slot's payload
+                part — one 4-byte Allgather per bucket more than it issues)
   ``reduce-scatter`` MPI_Alltoall of the segment lengths + MPI_Alltoallv of the compressed segments,
                 MPI_Allgather of the lengths + MPI_Allgatherv of the re-compressed reduced segments
                 (:mod:`hpcgc.analysis.reducescatter`).

@@ -160,7 +160,7 @@ def predicted_run_time_table(m: MethodModel, latency: Latency, iterations: float
     collectives file measured for that operation and message size instead of the α-β model: it
     separates the α-β fit's error from everything else (compute, waiting, bookkeeping)."""
     comm = sum(calls * table_seconds(latency, op, nbytes) for op, nbytes, calls in m.messages())
-    return iterations * (float(m.compute(m.ranks)) + comm)
+    return iterations * (float(m.compute(m.ranks)) + float(m.paid(comm)))
 
 
 def _ratio(measured: float, predicted: float) -> float:
@@ -212,7 +212,7 @@ def check(models: list[MethodModel], target: Target, latency: Latency, gamma: fl
             k = float(it[row])
             one = MethodModel(m.label, m.panel, n_coll, p["collective"], k, "", p["workers"], p["server"],
                               p["up"], p["down"], p["rounds"], p["down_bcasts"], idle=p["idle"],
-                              other=p["other"] + intra)
+                              other=p["other"] + intra, hide=p["hide"])
             pred = predicted_run_time_local(one, lat, k)
             pred_glob = predicted_run_time(one, lat, k, gamma)
             pred_med = float(one.time(n_coll, lat.alpha, gbps_to_beta(lat.machine_gbps), gamma))

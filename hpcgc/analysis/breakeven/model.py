@@ -32,7 +32,7 @@ class MethodModel:
     server: float              # seconds per iteration: rank 0's server phase at the run's n
     up_bytes: float            # bytes per worker per iteration handed to MPI on the uplink
     down_bytes: float = 0.0    # bytes broadcast per iteration (Bcast buffers, once each)
-    rounds: int = 1            # MPI_Allreduce calls per iteration
+    rounds: int = 1            # MPI_Allreduce calls per iteration (run.overlap: buckets, Allreduce or Allgather)
     down_bcasts: int = 1       # Bcasts per iteration (2 with a compressed downlink)
     baseline: bool = False
     runs: list = field(default_factory=list, repr=False)
@@ -114,9 +114,11 @@ def iteration_messages(collective: str, up_bytes, down_bytes, rounds: int = 1,
         return [("allreduce", float(up_bytes) / rounds, rounds)]
     if collective == RS_COLLECTIVE:
         return rs_messages(up_bytes, down_bytes)
-    payload = max(float(up_bytes) - LENGTH_BYTES, 0.0)
     if collective == "allgather":
-        return [("allgather", payload, 1)]
+        # run.overlap: one Allgather of a fixed-size slot per bucket (its 4-byte length inside), priced
+        # as the announced Allgather(v) the collectives file measures: one 4-byte Allgather too many per bucket
+        return [("allgather", max(float(up_bytes) / rounds - LENGTH_BYTES, 0.0), rounds)]
+    payload = max(float(up_bytes) - LENGTH_BYTES, 0.0)
     if collective != "gather":
         raise ValueError(f"unknown collective {collective!r}")
     down = ([("bcast", float(down_bytes), 1)] if down_bcasts == 1 else
@@ -180,7 +182,7 @@ def measure_run(ri, target: Target) -> dict:
     if collective == RS_COLLECTIVE:              # up, down: the two stages' whole compressed vectors
         up, down = rs_stage_bytes(r, up, k, _ledger_ranks(ri, crossed), exchange_ranks(ri))
     t = first_reached(run_target_series(ri, target), target.eps)
-    buckets = int(r.attrs.get("overlap_buckets", 0))      # run.overlap: one Iallreduce per bucket
+    buckets = int(r.attrs.get("overlap_buckets", 0))      # run.overlap: one Iallreduce / Iallgather per bucket
     hide = float(r.attrs.get("overlap_window_seconds", 0.0)) if buckets else 0.0
     return {"iterations": float(it[t]) if t is not None else float("nan"),
             "workers": ph["grad"] + ph["compress"], "server": ph["server"],
