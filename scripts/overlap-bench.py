@@ -2,14 +2,25 @@
 """What ``run.overlap`` saves per iteration on the MLP, and how MPI makes progress (docs/overlap.md).
 
     python scripts/overlap-bench.py [-n 2] [--emulated NAME] [--hidden 256] [--depth 3] [--batch 0]
-                                    [--iterations 30] [--compressor identity] [--csv FILE]
+                                    [--iterations 30] [--collective allreduce] [--algorithm dcgd]
+                                    [--compressor identity] [--modes ...] [--table NAME]
 
-Three launches of ``python -m hpcgc.bench`` on the same MLP (DCGD under ``run.collective =
-"allreduce"``, same seed, so the same iterates), one per mode:
+Three launches of ``python -m hpcgc.bench`` on the same MLP (DCGD + identity under ``run.collective =
+"allreduce"`` by default, same seed, so the same iterates), one per mode:
 
     off      run.overlap = false: one blocking Allreduce of the whole vector after the backward pass
     tests    run.overlap = true: a non-blocking Iallreduce per layer, MPI_Testall between layers
     thread   run.overlap = true with MPICH's asynchronous progress thread (MPIR_CVAR_ASYNC_PROGRESS=1)
+
+``--collective allgather`` (with ``--algorithm ef --compressor topk:k=...`` or ``--algorithm
+dcgd|diana --compressor randk:k=...``): the per-bucket method of :mod:`hpcgc.exchange.overlap_allgather`,
+one Iallgather per layer; its reference is the mode
+
+    blocking run.overlap = true, run.overlap_blocking = true: the same per-bucket compressor (the same
+             iterates), blocking Allgather calls after the backward pass
+
+(the default modes are then blocking, tests, thread; ``off`` there is the whole-vector compressor,
+another method). The saving is against ``blocking`` when it ran, else against ``off``.
 
 and prints, per mode, the median over iterations (the first 3 dropped) of the rank-mean iteration
 time, of comm_up (communication paid), comm_hidden (communication in flight during the backward
@@ -41,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 from hpcgc import machine, results  # noqa: E402
 
 MODES = {"off": ({"run.overlap": "false"}, {}),
+         "blocking": ({"run.overlap": "true", "run.overlap_blocking": "true"}, {}),
          "tests": ({"run.overlap": "true"}, {}),
          "thread": ({"run.overlap": "true"}, {"MPIR_CVAR_ASYNC_PROGRESS": "1"})}
 WARM = 3
@@ -51,8 +63,8 @@ def launch(args, mode: str, out: Path) -> None:
     sets, extra = MODES[mode]
     sets = {**sets, "name": "overlap-bench", "data.dataset": args.dataset, "data.partition": "iid",
             "problem.kind": "mlp", "problem.hidden": str(args.hidden), "problem.depth": str(args.depth),
-            "problem.l2": "1e-4", "run.algorithm": "dcgd", "run.compressor": args.compressor,
-            "run.collective": "allreduce", "run.learning_rate": "0.05", "run.batch": str(args.batch),
+            "problem.l2": "1e-4", "run.algorithm": args.algorithm, "run.compressor": args.compressor,
+            "run.collective": args.collective, "run.learning_rate": "0.05", "run.batch": str(args.batch),
             "run.iterations": str(args.iterations), "run.eval_every": str(args.iterations), "run.seed": "1"}
     hpcgc = [sys.executable, "-m", "hpcgc.bench", *[f"--set={k}={v}" for k, v in sets.items()], "-o", str(out)]
     env = {**os.environ, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MPIEXEC_TIMEOUT": "900",
@@ -92,9 +104,10 @@ def write_table(args, rows, snap, load0: float, load1: float, where: str) -> Non
         w = csv.writer(fh)
         w.writerow(["mode", "iteration (ms)", "comm_up (ms)", "comm_hidden (ms)", "grad (ms)", "saving vs off"])
         for r in rows:
-            w.writerow([{"off": "off", "tests": "tests between layers", "thread": "progress thread"}[r["mode"]],
+            w.writerow([{"off": "off", "blocking": "per-bucket, blocking", "tests": "tests between layers",
+                         "thread": "progress thread"}[r["mode"]],
                         f"{r['iter']:.1f}", f"{r['comm_up']:.1f}", f"{r['comm_hidden']:.1f}", f"{r['grad']:.1f}",
-                        "—" if r["mode"] == "off" else f"{r['saving_ms']:+.1f} ms ({r['saving_pct']:+.0f} %)"])
+                        "—" if r["mode"] == reference(rows) else f"{r['saving_ms']:+.1f} ms ({r['saving_pct']:+.0f} %)"])
     commit = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
     side = {"source": "script", "commit": commit, "cpu": snap["cpu_model"], "cores": snap["cores"],
@@ -102,11 +115,16 @@ def write_table(args, rows, snap, load0: float, load1: float, where: str) -> Non
             "load": f"average {load0:.2f} before, {load1:.2f} after, on {os.cpu_count()} CPUs",
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "command": "python scripts/overlap-bench.py " + " ".join(sys.argv[1:]),
-            "note": (f"MLP {args.hidden} x {args.depth} on {args.dataset} (d = {rows[0]['d']}), dcgd + "
-                     f"{args.compressor} under allreduce, {args.n} ranks on {where}; medians over iterations "
-                     f"{WARM + 1}..{args.iterations} of the rank-mean per-iteration times; saving = off's "
-                     "iteration minus this mode's")}
+            "note": (f"MLP {args.hidden} x {args.depth} on {args.dataset} (d = {rows[0]['d']}), {args.algorithm} + "
+                     f"{args.compressor} under {args.collective}, {args.n} ranks on {where}; medians over iterations "
+                     f"{WARM + 1}..{args.iterations} of the rank-mean per-iteration times; saving = "
+                     f"{reference(rows)}'s iteration minus this mode's")}
     path.with_suffix(".json").write_text(json.dumps(side, indent=2, ensure_ascii=False) + "\n")
+
+
+def reference(rows) -> str:
+    """The mode savings are measured against: ``blocking`` when it ran, else ``off``."""
+    return "blocking" if any(r["mode"] == "blocking" for r in rows) else "off"
 
 
 def main(argv=None) -> int:
@@ -118,10 +136,17 @@ def main(argv=None) -> int:
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--batch", type=int, default=0, help="rows per worker and iteration (0: the whole shard)")
     ap.add_argument("--iterations", type=int, default=30)
+    ap.add_argument("--collective", default="allreduce", choices=("allreduce", "allgather"))
+    ap.add_argument("--algorithm", default="dcgd", help="dcgd, diana or ef (docs/overlap.md: what each collective takes)")
     ap.add_argument("--compressor", default="identity")
-    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    ap.add_argument("--modes", nargs="+", default=None, choices=list(MODES),
+                    help="default: off tests thread (allreduce), blocking tests thread (allgather)")
     ap.add_argument("--table", default="", help="write docs/data/NAME.csv + NAME.json (e.g. overlap/shm)")
     args = ap.parse_args(argv)
+    if args.modes is None:
+        args.modes = ["off" if args.collective == "allreduce" else "blocking", "tests", "thread"]
+    if "blocking" in args.modes and args.collective != "allgather":
+        ap.error("--modes blocking is for --collective allgather (under allreduce the blocking form is off)")
     before = machine.snapshot()
     load0 = os.getloadavg()[0]
     rows = []
@@ -131,10 +156,11 @@ def main(argv=None) -> int:
             launch(args, mode, out)
             rows.append({"mode": mode, **medians(out)})
     load1 = os.getloadavg()[0]
-    base = next((r["iter"] for r in rows if r["mode"] == "off"), float("nan"))
+    base = next((r["iter"] for r in rows if r["mode"] == reference(rows)), float("nan"))
     where = f"emulated cluster {args.emulated!r}" if args.emulated else "this host"
     print(f"# run.overlap on the MLP {args.hidden} x {args.depth} ({args.dataset}, d = {rows[0]['d']}, batch "
-          f"{args.batch or 'whole shard'}), dcgd + {args.compressor} under allreduce, {args.n} ranks on {where}")
+          f"{args.batch or 'whole shard'}), {args.algorithm} + {args.compressor} under {args.collective}, {args.n} "
+          f"ranks on {where}; saving against {reference(rows)}")
     print(machine.describe(before))
     print(f"# load average {load0:.2f} before, {load1:.2f} after, on {os.cpu_count()} CPUs")
     print(f"# medians over iterations {WARM + 1}..{args.iterations} of the rank-mean per-iteration times (ms)")
