@@ -167,10 +167,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "overlap": Key(bool, False, "start each layer's exchange (non-blocking Iallreduce) as soon as the backward "
                        "pass has computed its gradient and wait only before the step (PyTorch DDP's buckets); "
                        "mlp/softmax under allreduce with dcgd/diana/ef and identity, identity:fp16/bf16/fp64, or "
-                       "under allgather (one Iallgather per bucket, each layer compressed alone) with dcgd/diana "
+                       "under allgather or gather (one Iallgather / Igather per bucket, each layer compressed alone) with dcgd/diana "
                        "and randk or ef and topk (docs/overlap.md); a warning on a problem with one parameter tensor"),
-        "overlap_blocking": Key(bool, False, "with run.overlap = true under allgather: the same per-bucket "
-                                "compressor and exchange with blocking Allgather calls after the backward pass "
+        "overlap_blocking": Key(bool, False, "with run.overlap = true under allgather or gather: the same per-bucket "
+                                "compressor and exchange with blocking Allgather / Gather calls after the backward pass "
                                 "(the reference an overlapped run equals bit for bit; docs/overlap.md)"),
         "warm_up": Key(bool, False, "one untimed iteration before the timed loop, then every state restored as "
                        "from a checkpoint: MPI connection set-up and first-touch costs are not the method's "

@@ -135,7 +135,7 @@ BAD = [
     (["--set", "data.partition=dirichlet:0"], "dirichlet"),
     (["--set", "run.overlap=true", "--set", "problem.kind=mlp", "--set", "data.dataset=digits",
       "--set", "run.learning_rate=0.1"],
-     "run.overlap = true is not supported under run.collective = 'gather'; supported: run.collective = 'allreduce'"),
+     "run.overlap = true under run.collective = 'gather' is not supported with 'dcgd' and compressor "),
     (["--set", "problem.kind=mlp", "--set", "data.dataset=digits"], "run.learning_rate is required for 'dcgd'"),
     (["--set", "run.step_rule=fastest"], "unknown run.step_rule 'fastest' for algorithm 'dcgd'; available: auto, "),
     (["--set", "run.algorithm=dcgd", "--set", "run.compressor=topk:k=3"],

@@ -28,7 +28,9 @@ def cfg_with(**run):
 
 
 @pytest.mark.parametrize("run, needle", [
-    ({"collective": "gather", "algorithm": "dcgd", "compressor": "identity"}, "under run.collective = 'gather'"),
+    ({"collective": "gather", "algorithm": "dcgd", "compressor": "identity"}, "not bounded before the vector"),
+    ({"collective": "gather", "server": "dedicated", "algorithm": "dcgd", "compressor": "randk:k=10"},
+     "run.server = 'dedicated'"),
     ({"collective": "reduce-scatter", "algorithm": "ef", "compressor": "topk:k=10"},
      "under run.collective = 'reduce-scatter'"),
     ({"collective": "allgather", "algorithm": "ef", "compressor": "randk:k=10"}, "the whole vector's 1/(1 + ω)"),
@@ -49,7 +51,8 @@ def test_refused_at_plan_time_in_one_line_naming_what_is_supported(run, needle):
     assert needle in msg and "\n" not in msg
     if "overlap_blocking" not in run:
         assert "supported: run.collective = 'allreduce' with dcgd, diana or ef" in msg
-        assert "run.collective = 'allgather' with dcgd or diana and randk (shared_seed=false), or ef and topk" in msg
+        assert ("run.collective = 'allgather' or 'gather' with dcgd or diana and randk (shared_seed=false), or ef "
+                "and topk") in msg
 
 
 @pytest.mark.parametrize("alg", ["dcgd", "diana", "ef"])
@@ -60,8 +63,9 @@ def test_accepted_at_plan_time(alg, spec):
 
 @pytest.mark.parametrize("alg, spec", [("dcgd", "randk:k=10"), ("diana", "randk:k=10,fp64=true"), ("ef", "topk:k=10")])
 @pytest.mark.parametrize("blocking", [False, True])
-def test_accepted_under_allgather(alg, spec, blocking):
-    assert check(cfg_with(collective="allgather", algorithm=alg, compressor=spec, overlap_blocking=blocking)) == []
+@pytest.mark.parametrize("collective", ["allgather", "gather"])
+def test_accepted_under_allgather_and_gather(alg, spec, blocking, collective):
+    assert check(cfg_with(collective=collective, algorithm=alg, compressor=spec, overlap_blocking=blocking)) == []
 
 
 @pytest.mark.parametrize("spec", ["topk:k=7", "topk:k=300,fp64=true", "randk:k=7", "randk:k=300"])

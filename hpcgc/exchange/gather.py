@@ -71,13 +71,9 @@ class Gather(Exchange):
         if self.downlink is not None:
             return self._exchange_compressed(msg, ss)
         t = self.t
-        t0 = wtime()
-        msg = t.gather_lengths(msg)                 # rank 0 waits here for the last worker
-        t1 = wtime()
-        got = t.gatherv(msg)
-        t2 = wtime()
+        got, t0, t1, t2 = self._up(msg)
         if got is not None:
-            xs = self.alg.server_step(ss, self._messages(got))
+            xs = self._server(ss, got)
             t3 = wtime()
             if xs is not self.placed:
                 self.xbuf[:-1] = xs
@@ -100,17 +96,26 @@ class Gather(Exchange):
         t6 = wtime()
         return (0.0, *self._late_sender(t0, t1, t2), t3 - t2, t5 - t4, t6 - t5)
 
+    def _up(self, msg):
+        """The uplink: (what rank 0 received — None elsewhere —, t0, t1, t2) with the lengths'
+        Gather from t0 to t1 (rank 0 waits there for the last worker) and the payloads' Gatherv to t2."""
+        t0 = wtime()
+        msg = self.t.gather_lengths(msg)
+        t1 = wtime()
+        got = self.t.gatherv(msg)
+        return got, t0, t1, wtime()
+
+    def _server(self, ss, got):
+        """Rank 0: the server step from what :meth:`_up` received; returns the new iterate."""
+        return self.alg.server_step(ss, self._messages(got))
+
     # -- compressed downlink (EF21-P) ---------------------------------------------------------------
     def _exchange_compressed(self, msg, ss):
         t = self.t
-        t0 = wtime()
-        msg = t.gather_lengths(msg)
-        t1 = wtime()
-        got = t.gatherv(msg)
-        t2 = wtime()
+        got, t0, t1, t2 = self._up(msg)
         payload, control = None, CONTINUE
         if got is not None:
-            self.server_x = self.alg.server_step(ss, self._messages(got))
+            self.server_x = self._server(ss, got)
             payload = self._compress_down(self.server_x, ss)
             t3 = wtime()
             self.down_payload = EMPTY if payload is None else payload
@@ -161,6 +166,10 @@ class Gather(Exchange):
 
     def account(self, bits_model, bits_wire) -> float:
         super().account(bits_model, bits_wire)
+        return self._down_wire_bits()
+
+    def _down_wire_bits(self) -> float:
+        """Rank 0: this iteration's downlink wire bits (the Bcast buffers)."""
         if self.downlink is None:
             return 8.0 * (self.xbuf.nbytes + 8 * self.extra_size)
         return 8.0 * (DOWN_HEADER_BYTES + self.down_payload.size)

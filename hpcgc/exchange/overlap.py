@@ -29,9 +29,9 @@ algorithms that form their message coordinate by coordinate from one gradient
 (``Algorithm.overlaps``: dcgd, diana, ef) and the elementwise codecs of ``identity`` (float32,
 ``fp64=true``, ``identity:fp16``, ``identity:bf16``). Refused, with the reason: ``int8`` (its scale
 is a MAX over the whole vector, known only after the backward pass), ``randk:shared_seed=true`` and
-``powersgd`` (their message is not per coordinate). ``allgather``: :mod:`.overlap_allgather` (per-bucket
-compression in fixed-size slots). Every other collective is refused: ``gather`` and ``reduce-scatter``
-announce a payload's length before the payload (two chained collectives per bucket; ``docs/overlap.md``). A problem with one layer
+``powersgd`` (their message is not per coordinate). ``allgather`` and ``gather``: :mod:`.overlap_allgather`,
+:mod:`.overlap_gather` (per-bucket compression in fixed-size slots). ``reduce-scatter`` is refused (its
+second stage is chained through the owners' sums; ``docs/overlap.md``). A problem with one layer
 (logreg, ridge, sigmoid-loss, softmax) has nothing to overlap: the run warns and exchanges as usual.
 
 Phases: ``grad`` is the backward pass alone; ``compress`` the buckets' casts; ``wait_up`` 0 (no
@@ -49,7 +49,8 @@ from ..transport import wtime
 from .base import DIVERGED, Exchange
 
 SUPPORTED = ("run.collective = 'allreduce' with dcgd, diana or ef and identity (float32, fp64=true, fp16, bf16); "
-             "run.collective = 'allgather' with dcgd or diana and randk (shared_seed=false), or ef and topk")
+             "run.collective = 'allgather' or 'gather' with dcgd or diana and randk (shared_seed=false), or ef "
+             "and topk")
 """What ``run.overlap`` supports, named in every refusal."""
 ALLGATHER = {"dcgd": ("randk",), "diana": ("randk",), "ef": ("topk",)}
 """``allgather`` (:mod:`.overlap_allgather`): algorithm → compressors whose per-bucket payload has a
@@ -71,10 +72,11 @@ def refusal(r: dict, alg_cls, comp) -> str | None:
         if r.get("overlap_blocking"):
             return "run.overlap_blocking = true needs run.overlap = true (it is the blocking form of its buckets)"
         return None
-    if r["collective"] == "allgather":
+    if r["collective"] in ("allgather", "gather"):
         return _allgather_refusal(r, alg_cls, comp)
     if r.get("overlap_blocking"):
-        return ("run.overlap_blocking = true is for run.collective = 'allgather' (the per-bucket compressor); "
+        return ("run.overlap_blocking = true is for run.collective = 'allgather' or 'gather' (the per-bucket "
+                "compressor); "
                 "the blocking form of the allreduce buckets is run.overlap = false (the same bits)")
     if r["collective"] != "allreduce":
         return (f"run.overlap = true is not supported under run.collective = {r['collective']!r}; "
@@ -90,15 +92,19 @@ def refusal(r: dict, alg_cls, comp) -> str | None:
 
 
 def _allgather_refusal(r: dict, alg_cls, comp) -> str | None:
-    name = alg_cls.name
+    """``allgather`` and ``gather`` (:mod:`.overlap_allgather`, :mod:`.overlap_gather`): the same slots."""
+    name, coll = alg_cls.name, r["collective"]
+    if coll == "gather" and r.get("server") == "dedicated":
+        return ("run.overlap = true is not supported with run.server = 'dedicated' (rank 0 has no backward pass to "
+                f"start buckets from); use run.server = 'worker'; supported: {SUPPORTED}")
     if not getattr(alg_cls, "overlaps", False) or name not in ALLGATHER:
-        return (f"run.overlap = true is not supported with algorithm {name!r} under run.collective = 'allgather'; "
+        return (f"run.overlap = true is not supported with algorithm {name!r} under run.collective = {coll!r}; "
                 f"supported: {SUPPORTED}")
     if comp.name not in ALLGATHER[name] or not comp.segment_wise or comp.payload_bound(1 << 20) is None:
         why = ("error feedback's step scales the decoded sum by the whole vector's 1/(1 + ω), not the buckets'"
                if name == "ef" and comp.unbiased else
                "its payload length is not bounded before the vector is seen, or it has no per-bucket form")
-        return (f"run.overlap = true under run.collective = 'allgather' is not supported with {name!r} and "
+        return (f"run.overlap = true under run.collective = {coll!r} is not supported with {name!r} and "
                 f"compressor {comp.spec} ({why}); supported: {SUPPORTED}")
     return None
 

@@ -31,8 +31,8 @@ Supported (checked at plan time, :func:`hpcgc.exchange.overlap.refusal`): dcgd a
 rand-k (``shared_seed=false``), ef with top-k — compressors with a segment-wise form and a declared
 payload bound. Refused: every other compressor (its payload length is not bounded in advance, or
 it has no per-bucket form), ef with an unbiased compressor (its step scales the decoded sum by the
-whole vector's s = 1/(1 + ω), not the buckets'), and ``gather`` (a worker's bucket payloads would
-go to rank 0 alone; not built: see ``docs/overlap.md``).
+whole vector's s = 1/(1 + ω), not the buckets'). ``gather``: :mod:`.overlap_gather` (the same
+slots, ``MPI_Igather`` to rank 0).
 
 Bits: the ledger counts the slots handed to MPI (``Allgather``: padding and the 4-byte length
 included, ``bits_wire``); ``bits_model`` counts each bucket payload's model bits, as the blocking
@@ -111,6 +111,19 @@ class OverlapAllgather(Bucketed):
             out.append((i, rows[rk, LENGTH_BYTES:LENGTH_BYTES + n]))
         return out
 
+    def _add_sum(self, out) -> None:
+        """out += Σ_i w_i C_ij(payload_ij) on every bucket j (workers in order, as ``server_step``)."""
+        weights = self.alg.weights
+        for j, (a, b) in enumerate(self.buckets):
+            for i, p in self._payloads(j):
+                self.codecs[i][j].add(p, out[a:b], weights[i])
+
+    def _own_add(self, out, weight) -> None:
+        """out += weight·C(m) from this worker's own bucket payloads (``worker_sent``)."""
+        for j, (a, b) in enumerate(self.buckets):
+            n = self.lengths[j]
+            self.codecs[self.me][j].add(self.slots[j][LENGTH_BYTES:LENGTH_BYTES + n], out[a:b], weight)
+
     def exchange(self, msg, ss):
         t0 = wtime()
         if self.blocking:
@@ -121,20 +134,9 @@ class OverlapAllgather(Bucketed):
             arrived = t0
             self.t.wait_pending()
         t1 = wtime()
-        weights = self.alg.weights
-
-        def add_sum(out):
-            for j, (a, b) in enumerate(self.buckets):
-                for i, p in self._payloads(j):
-                    self.codecs[i][j].add(p, out[a:b], weights[i])
-
-        def own_add(out, weight):
-            for j, (a, b) in enumerate(self.buckets):
-                n = self.lengths[j]
-                self.codecs[self.me][j].add(self.slots[j][LENGTH_BYTES:LENGTH_BYTES + n], out[a:b], weight)
-        self._set_x(self.alg.server_reduced(ss, add_sum))
+        self._set_x(self.alg.server_reduced(ss, self._add_sum))
         t2 = wtime()
-        self.alg.worker_sent(self.ws, own_add)
+        self.alg.worker_sent(self.ws, self._own_add)
         t3 = wtime()
         self._stepped()
         if self.blocking:

@@ -18,6 +18,7 @@ from ..exchange.base import CONTINUE
 from ..exchange.overlap import OverlapAllreduce
 from ..exchange.overlap import warning as overlap_warning
 from ..exchange.overlap_allgather import OverlapAllgather
+from ..exchange.overlap_gather import OverlapGather
 from ..problems import BINARY_KINDS
 from ..transport import LENGTH_BYTES, PHASES, Transport
 from ..typed_state import StateMismatch
@@ -297,8 +298,9 @@ class Run:
         ex_cls, more = exchange.get(r["collective"]), {}
         if self.overlap_buckets:                      # run.overlap (hpcgc.exchange.overlap, .overlap_allgather)
             ex_cls, more = OverlapAllreduce, {"buckets": s.model.buckets()}
-            if r["collective"] == "allgather":
-                ex_cls, more = OverlapAllgather, {**more, "blocking": r["overlap_blocking"]}
+            if r["collective"] in ("allgather", "gather"):
+                ex_cls = OverlapAllgather if r["collective"] == "allgather" else OverlapGather
+                more = {**more, "blocking": r["overlap_blocking"]}
         if self.nodes is None:
             ex = ex_cls(t, alg, s.worker_ranks, me, x, self._encode_rng(),
                         downlink=self.downlink, downlink_rng=self.down_rng, **more)

@@ -222,6 +222,25 @@ class Transport:
         self.ledger[_ALLGATHER] += slot.nbytes
         self.received[_ALLGATHER] += slot.nbytes * (self.size - 1)
 
+    def gather_slots(self, slot: np.ndarray, out: np.ndarray | None) -> None:
+        """``MPI_Gather`` of one fixed-size ``uint8`` slot per rank into rank 0's ``out`` (size·slot
+        bytes; None elsewhere): the parameter server's form of :meth:`allgather_slots` (``run.overlap``
+        under ``gather`` with ``run.overlap_blocking``). Ledger ``Gather``: the slot sent; rank 0 also
+        counts the others' slots received."""
+        self.comm.Gather([slot, MPI.BYTE], [out, MPI.BYTE] if self.is_root else None, root=ROOT)
+        self.ledger[_GATHER] += slot.nbytes
+        if self.is_root:
+            self.received[_GATHER] += slot.nbytes * (self.size - 1)
+
+    def igather_slots(self, slot: np.ndarray, out: np.ndarray | None) -> None:
+        """Start :meth:`gather_slots` (``MPI_Igather``), kept among the pending requests like
+        :meth:`iallreduce` (same ledger entries, counted when started)."""
+        self._pending.append(self.comm.Igather([slot, MPI.BYTE], [out, MPI.BYTE] if self.is_root else None,
+                                               root=ROOT))
+        self.ledger[_GATHER] += slot.nbytes
+        if self.is_root:
+            self.received[_GATHER] += slot.nbytes * (self.size - 1)
+
     def test_pending(self) -> bool:
         """``MPI_Testall`` on the pending requests: lets MPI progress them (the tests between layers of
         ``run.overlap``) and says whether every one has completed (they stay pending until

@@ -1,7 +1,8 @@
-"""``run.overlap`` under ``run.collective = "allgather"`` with a real mpiexec -n 4: each MLP layer is
-compressed alone (``C.segment(d, d_j)``) and gathered with one ``MPI_Iallgather`` of fixed-size slots
-started inside the backward pass. The reference is the same per-bucket method with blocking
-``Allgather`` calls after the pass (``run.overlap_blocking = true``): the two results files compared
+"""``run.overlap`` under ``run.collective = "allgather"`` and ``"gather"`` with a real mpiexec -n 4: each
+MLP layer is compressed alone (``C.segment(d, d_j)``) and gathered with one ``MPI_Iallgather`` (to
+every rank) or ``MPI_Igather`` (to the parameter server, then its Bcast of the iterate) of
+fixed-size slots started inside the backward pass. The reference is the same per-bucket method with
+blocking ``Allgather`` / ``Gather`` calls after the pass (``run.overlap_blocking = true``): the two results files compared
 field by field (hpcgc.results.compare), every difference but the config text a failure — iterates,
 bits and ledgers — for DCGD and DIANA with rand-k (random draws per bucket) and EF with top-k; the
 bytes handed to MPI are the slots; the per-bucket method differs from the whole-vector one."""
@@ -25,9 +26,10 @@ EXPECTED = {"config", "overlap_window_seconds"}
 (0: the blocking exchange hides nothing)."""
 
 
+@pytest.mark.parametrize("collective", ["allgather", "gather"])
 @pytest.mark.parametrize("alg, spec", [("dcgd", "randk:k=200"), ("diana", "randk:k=200"), ("ef", "topk:k=200")])
-def test_overlap_equals_the_blocking_per_bucket_exchange(shared_dir, alg, spec):
-    over = {**BASE, "run.algorithm": alg, "run.compressor": spec}
+def test_overlap_equals_the_blocking_per_bucket_exchange(shared_dir, collective, alg, spec):
+    over = {**BASE, "run.algorithm": alg, "run.compressor": spec, "run.collective": collective}
     off, _, _, _ = run_experiment(shared_dir / "off.h5", {**over, "run.overlap_blocking": True}, name="overlap")
     on, runs, _, t = run_experiment(shared_dir / "on.h5", over, name="overlap")
     assert off[0].status == on[0].status == "completed"
@@ -38,8 +40,9 @@ def test_overlap_equals_the_blocking_per_bucket_exchange(shared_dir, alg, spec):
     # the bytes this rank handed to MPI: one slot per bucket per iteration, 4-byte length + the bound
     ex = runs[0].ex
     assert ex.slot_bytes == [LENGTH_BYTES + c.payload_bound(b - a) for c, (a, b) in zip(ex.comps[0], ex.buckets)]
-    assert t.ledger[LEDGER.index("Allgather")] == 12 * sum(ex.slot_bytes)
-    assert t.ledger[LEDGER.index("Allgatherv")] == 0
+    slots, payloads = ("Allgather", "Allgatherv") if collective == "allgather" else ("Gather", "Gatherv")
+    assert t.ledger[LEDGER.index(slots)] == 12 * sum(ex.slot_bytes)
+    assert t.ledger[LEDGER.index(payloads)] == 0
     # k splits over the buckets in proportion to their sizes: k_j = ⌈k·d_j/d⌉
     d = runs[0].s.d
     assert [c.k for c in ex.comps[0]] == [min(b - a, -(-200 * (b - a) // d)) for a, b in ex.buckets]

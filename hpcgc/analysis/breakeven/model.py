@@ -118,12 +118,12 @@ def iteration_messages(collective: str, up_bytes, down_bytes, rounds: int = 1,
         # run.overlap: one Allgather of a fixed-size slot per bucket (its 4-byte length inside), priced
         # as the announced Allgather(v) the collectives file measures: one 4-byte Allgather too many per bucket
         return [("allgather", max(float(up_bytes) / rounds - LENGTH_BYTES, 0.0), rounds)]
-    payload = max(float(up_bytes) - LENGTH_BYTES, 0.0)
+    payload = max(float(up_bytes) / rounds - LENGTH_BYTES, 0.0)      # run.overlap: one Gather per bucket
     if collective != "gather":
         raise ValueError(f"unknown collective {collective!r}")
     down = ([("bcast", float(down_bytes), 1)] if down_bcasts == 1 else
             [("bcast", float(HEADER_BYTES), 1), ("bcast", max(float(down_bytes) - HEADER_BYTES, 0.0), 1)])
-    return [("gather", payload, 1), *down]
+    return [("gather", payload, rounds), *down]
 
 
 def exchange_parts(collective: str, up_bytes, down_bytes, n, rounds: int = 1, down_bcasts: int = 1):
