@@ -12,12 +12,13 @@ Three launches of ``python -m hpcgc.bench`` on the same MLP (DCGD + identity und
     tests    run.overlap = true: a non-blocking Iallreduce per layer, MPI_Testall between layers
     thread   run.overlap = true with MPICH's asynchronous progress thread (MPIR_CVAR_ASYNC_PROGRESS=1)
 
-``--collective allgather`` (with ``--algorithm ef --compressor topk:k=...`` or ``--algorithm
-dcgd|diana --compressor randk:k=...``): the per-bucket method of :mod:`hpcgc.exchange.overlap_allgather`,
-one Iallgather per layer; its reference is the mode
+``--collective allgather`` or ``gather`` (with ``--algorithm ef --compressor topk:k=...`` or
+``--algorithm dcgd|diana --compressor randk:k=...``): the per-bucket method of
+:mod:`hpcgc.exchange.overlap_allgather` / :mod:`~hpcgc.exchange.overlap_gather`, one Iallgather or
+Igather per layer; its reference is the mode
 
     blocking run.overlap = true, run.overlap_blocking = true: the same per-bucket compressor (the same
-             iterates), blocking Allgather calls after the backward pass
+             iterates), blocking Allgather / Gather calls after the backward pass
 
 (the default modes are then blocking, tests, thread; ``off`` there is the whole-vector compressor,
 another method). The saving is against ``blocking`` when it ran, else against ``off``.
@@ -136,7 +137,7 @@ def main(argv=None) -> int:
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--batch", type=int, default=0, help="rows per worker and iteration (0: the whole shard)")
     ap.add_argument("--iterations", type=int, default=30)
-    ap.add_argument("--collective", default="allreduce", choices=("allreduce", "allgather"))
+    ap.add_argument("--collective", default="allreduce", choices=("allreduce", "allgather", "gather"))
     ap.add_argument("--algorithm", default="dcgd", help="dcgd, diana or ef (docs/overlap.md: what each collective takes)")
     ap.add_argument("--compressor", default="identity")
     ap.add_argument("--modes", nargs="+", default=None, choices=list(MODES),
@@ -145,8 +146,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.modes is None:
         args.modes = ["off" if args.collective == "allreduce" else "blocking", "tests", "thread"]
-    if "blocking" in args.modes and args.collective != "allgather":
-        ap.error("--modes blocking is for --collective allgather (under allreduce the blocking form is off)")
+    if "blocking" in args.modes and args.collective == "allreduce":
+        ap.error("--modes blocking is for --collective allgather or gather (under allreduce the blocking form is off)")
     before = machine.snapshot()
     load0 = os.getloadavg()[0]
     rows = []

@@ -1,6 +1,7 @@
 """The break-even report on overlapped runs (``run.overlap``), end to end: real MLP runs under
 ``mpiexec -n 2`` — the float32 Allreduce overlapped, EF + top-k under ``allgather`` overlapped (one
-Iallgather per bucket) and the same per-bucket method blocking (``run.overlap_blocking``) — and a
+Iallgather per bucket), DIANA + rand-k under ``gather`` overlapped (one Igather per bucket, then the
+iterate's Bcast) and EF + top-k per bucket blocking (``run.overlap_blocking``) — and a
 real ``collectives`` file; ``hpcgc breakeven`` writes one check.csv row per run, and each row's
 global-fit prediction pays only the exchange time beyond the run's window H (read back with h5py):
 K·(c + max(0, comm − H)), comm the same run's exchange priced without overlap."""
@@ -46,6 +47,12 @@ run.compressor = "topk:k=200"
 run.collective = "allgather"
 
 [[variant]]
+label = "diana randk server overlapped"
+run.algorithm = "diana"
+run.compressor = "randk:k=200"
+run.collective = "gather"
+
+[[variant]]
 label = "ef topk blocking"
 run.algorithm = "ef"
 run.compressor = "topk:k=200"
@@ -79,7 +86,7 @@ def test_check_rows_of_overlapped_runs_pay_only_what_the_window_does_not_hide(pr
     from hpcgc.analysis.breakeven.check import predicted_run_time
     from hpcgc.analysis.tables import collect
     res, coll, rows = produced
-    assert sorted(r["collective"] for r in rows) == ["allgather", "allgather", "allreduce"]
+    assert sorted(r["collective"] for r in rows) == ["allgather", "allgather", "allreduce", "gather"]
     latency = latency_from_collectives(str(coll))
     runs = {ri.run.run_id: ri for ri in collect([res]).runs}
     with h5py.File(res, "r") as f:

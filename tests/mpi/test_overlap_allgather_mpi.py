@@ -53,3 +53,20 @@ def test_overlap_equals_the_blocking_per_bucket_exchange(shared_dir, collective,
     plain, *_ = run_experiment(shared_dir / "plain.h5", {**over, "run.overlap": False}, name="overlap")
     if comm.rank == 0:
         assert not np.array_equal(plain[0].x_final, on[0].x_final)
+
+
+def runs_d(run) -> int:
+    return int(run.attrs["d"])
+
+
+def test_gather_with_a_compressed_downlink(shared_dir):
+    """The parameter server's EF21-P downlink after the overlapped uplink: the same files as blocking."""
+    over = {**BASE, "run.algorithm": "diana", "run.compressor": "randk:k=200", "run.collective": "gather",
+            "run.downlink": "randk:k=2000"}
+    off, *_ = run_experiment(shared_dir / "doff.h5", {**over, "run.overlap_blocking": True}, name="overlap")
+    on, *_ = run_experiment(shared_dir / "don.h5", over, name="overlap")
+    assert off[0].status == on[0].status == "completed"
+    diffs = compare(shared_dir / "doff.h5", shared_dir / "don.h5") if comm.rank == 0 else None
+    unexpected = [line for line in comm.bcast(diffs) if not any(f"attribute {a}:" in line for a in EXPECTED)]
+    assert not unexpected, "\n".join(unexpected)
+    assert np.asarray(on[0].series["bits_down_wire"])[-1] < 64 * 12 * runs_d(on[0])
