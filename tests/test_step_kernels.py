@@ -60,3 +60,51 @@ def test_step_from_an_allreduce_sum_has_the_bits_of_decode_then_step(dtype, scal
         step_from_sum(*got, total, scale, 0.0123, alpha, beta, alpha != 0.0)
     for a, b in zip(want[:2] if not beta else want, got[:2] if not beta else got):
         assert np.array_equal(a, b) and np.array_equal(np.signbit(a), np.signbit(b))
+
+
+def _old_ef_step(x, m, payloads, comps, weights):
+    """EF's server step before the sparse path: zero m, decode every message into it, x −= m."""
+    m[:] = 0.0
+    for c, p, w in zip(comps, payloads, weights):
+        c.decompress_add(p, x.shape[0], m, w)
+    x -= m
+
+
+@pytest.mark.parametrize("spec", ["topk:k=5", "topk:k=40", "randk:k=9", "threshold:lam=0.5", "qsgd:s=4"])
+def test_ef_server_step_at_the_decoded_entries_has_the_bits_of_the_dense_step(spec):
+    """hpcgc.algorithms.ef.EF.server_step: the step at the sparse messages' entries only
+    (kernels.step_at, m zero between steps) gives the dense step's bits, with overlapping indices,
+    messages that cancel to ±0, signed zeros in x and three steps in a row; qsgd: the dense path."""
+    from hpcgc import algorithms, compressors
+    d, n = 64, 3
+    comps = [compressors.make(spec) for _ in range(n)]
+    info = {"L_max": 1.0, "L": 1.0, "mu": 1e-3, "kind": "logreg"}
+    alg = algorithms.make("ef", comps, d=d, n_workers=n, weights=np.full(n, 1 / 3), problem_info=info,
+                          options={"collective": "allgather", "step_rule": "learning-rate", "learning_rate": 0.1})
+    rng = np.random.default_rng(7)
+    x0 = rng.standard_normal(d)
+    x0[:6] = [0.0, -0.0, 0.0, -0.0, 1e-300, -1e-300]
+    ss = alg.server_init(x0)
+    want, m = x0.copy(), np.zeros(d)
+    for step in range(3):
+        base = rng.standard_normal(d)
+        vecs = [base * (-1) ** i if step == 1 else rng.standard_normal(d) for i in range(n)]
+        if step == 2:
+            vecs[0][:8] = 0.0
+            vecs[1][:8] = -0.0
+        vecs = [v * 10.0 ** rng.uniform(-3, 3, d) if step == 0 else v for v in vecs]
+        payloads = [c.compress(v, np.random.default_rng(i)) for i, (c, v) in enumerate(zip(comps, vecs))]
+        _old_ef_step(want, m, payloads, comps, alg.weights * alg.scales)
+        got = alg.server_step(ss, list(enumerate(payloads)))
+        assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
+        assert not ss.m.any() and not np.signbit(ss.m).any()     # m back to +0.0 everywhere
+
+
+def test_step_at_repeated_indices_change_nothing_twice():
+    from hpcgc.algorithms.kernels import step_at
+    x = np.array([-0.0, 1.0, 2.0, 3.0])
+    m = np.array([-0.0, 0.5, 0.0, 0.25])
+    step_at(x, m, np.array([0, 1, 1, 3, 0], dtype=np.int64))
+    want = np.array([-0.0, 1.0, 2.0, 3.0]) - np.array([-0.0, 0.5, 0.0, 0.25])
+    assert np.array_equal(x.view(np.uint64), want.view(np.uint64))
+    assert np.array_equal(m.view(np.uint64), np.zeros(4).view(np.uint64))

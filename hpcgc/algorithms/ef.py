@@ -40,6 +40,7 @@ from ..errors import ConfigError
 from ..losses import ACCUMULATE
 from ..problems import local_grad
 from .base import LEARNING_RATE, NO_CONSTANT, SMOOTH, STRONGLY_CONVEX, Algorithm
+from .kernels import step_at
 
 PLAN_D = 2**20
 """A dimension to ask a compressor at plan time whether it has a contraction δ at all (before the
@@ -55,7 +56,7 @@ class WorkerState:
 @dataclass
 class ServerState:
     x: np.ndarray          # iterate x^k
-    m: np.ndarray          # scratch: Σ_i w_i m_i
+    m: np.ndarray          # scratch: Σ_i w_i m_i, zero between steps
 
 
 def contraction(comp, d: int) -> tuple[float | None, float]:
@@ -209,18 +210,34 @@ class EF(ErrorFeedback):
         return ServerState(x=np.array(x0, dtype=np.float64), m=np.zeros(self.d))
 
     def server_step(self, state: ServerState, messages) -> np.ndarray:
-        """x ← x − Σ_i w_i s_i C(e_i); ``messages``: (worker index, payload bytes)."""
-        state.m[:] = 0.0
-        for i, payload in messages:
-            self.codecs[i].add(payload, state.m, self.weights[i] * self.scales[i])
-        state.x -= state.m
+        """x ← x − Σ_i w_i s_i C(e_i); ``messages``: (worker index, payload bytes).
+
+        m is zero between steps. The messages are decoded into it in order (each coordinate's sum
+        in the same order as ever); when every payload is sparse (its decoder returns the indices
+        it added to: top-k, rand-k, threshold) the step and the re-zeroing touch those n·k entries
+        only (:func:`~.kernels.step_at`), else x −= m and m is zeroed over all d."""
+        m = state.m
+        touched = []
+        try:
+            for i, payload in messages:
+                touched.append(self.codecs[i].add(payload, m, self.weights[i] * self.scales[i]))
+        except BaseException:
+            m[:] = 0.0                        # an invalid payload: m back to zero, x untouched
+            raise
+        if all(isinstance(t, np.ndarray) for t in touched):
+            for idx in touched:
+                step_at(state.x, m, idx)
+        else:
+            state.x -= m
+            m[:] = 0.0
         return state.x
 
     def server_reduced(self, state: ServerState, add_sum) -> np.ndarray:
-        """The same step from Σ_i w_i C(e_i) decoded from an Allreduce sum (one compressor, one s)."""
-        state.m[:] = 0.0
+        """The same step from Σ_i w_i C(e_i) decoded from an Allreduce sum (one compressor, one s);
+        m zero before and after (``server_step``)."""
         add_sum(state.m)
         state.x -= self.scales[0] * state.m
+        state.m[:] = 0.0
         return state.x
 
     def second_stage(self, d: int, n: int) -> tuple[float, float]:

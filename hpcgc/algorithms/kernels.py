@@ -85,3 +85,16 @@ def step_from_sum(x, h, v, total, scale: float, gamma: float, alpha: float, beta
         plain_step_sum(x, total, s, one, gamma)
     else:
         shifted_step_sum(x, h, v, total, s, one, gamma, alpha, beta)
+
+
+@njit(cache=True)
+def step_at(x, m, idx):
+    """x_j ← x_j − m_j, then m_j ← 0, at the indices ``idx`` only (repeats allowed: a second visit
+    subtracts +0.0, which changes no float64's bits): EF's step from sparse messages (Karimireddy
+    et al. 2019, Alg. 2, x ← x − Σ_i w_i C(e_i)) decoded into the zero scratch m. Elsewhere m_j is
+    +0.0 and x_j − 0.0 = x_j bit for bit, so this is the dense ``x -= m; m[:] = 0`` at the touched
+    entries only (``tests/test_step_kernels.py``)."""
+    for i in range(idx.shape[0]):
+        j = idx[i]
+        x[j] = x[j] - m[j]
+        m[j] = 0.0

@@ -239,7 +239,8 @@ class Prepared(NamedTuple):
     """A compressor bound to one dimension for a run's loop (:meth:`Compressor.prepared`)."""
 
     encode: Callable        # (x, rng) -> payload: compress
-    add: Callable           # (payload, out, weight) -> None: out += weight * decompress(payload)
+    add: Callable           # (payload, out, weight): out += weight * decompress(payload); returns the
+                            # indices it changed (sparse formats) or None (any entry may have changed)
 
 
 class Compressor(ABC):
@@ -516,7 +517,8 @@ class Compressor(ABC):
         ``out`` must be a float64 array of length d; it is left untouched if the payload is invalid.
         """
         if _ready_payload(payload, d) and _ready(out, d) and out.flags.writeable:   # the runner's calls
-            return self._decompress_add(payload, d, out, float(weight))
+            self._decompress_add(payload, d, out, float(weight))
+            return
         payload = self._as_payload(payload, d)
         if not (isinstance(out, np.ndarray) and out.dtype == np.float64 and out.shape == (d,)):
             raise ValueError(f"{self.name}: out must be a float64 array of shape ({d},), got "
@@ -751,10 +753,14 @@ class SparseCompressor(Compressor):
         scatter_scaled(values, idx, self._scale(d, nnz), out, False)
         return out
 
-    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
+    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> np.ndarray:
+        """out[idx] += weight·scale·values; returns idx (increasing: the only entries of out it
+        changed, a fresh array — the prepared codec's ``add`` hands it on, for steps at those
+        entries only; a subclass returns None when it cannot say)."""
         payload, voff, nnz, idx, _ = self._read_sparse(payload, d)
         values = self._read_values(payload, voff, nnz)
         scatter_scaled(values, idx, weight * self._scale(d, nnz), out, True)
+        return idx
 
 
 class FixedKSparse(SparseCompressor):

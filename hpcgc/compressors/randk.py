@@ -369,8 +369,11 @@ class RandK(FixedKSparse):
         scatter_scaled(values, idx, d / self.k, out, False)
         return out
 
-    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
+    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> np.ndarray | None:
+        """out[idx] += weight·(d/k)·values; returns the indices (a fresh array) when they were sent,
+        None with a shared seed (its indices are a work array, overwritten by the next decode)."""
         if not self.shared_seed:
             return super()._decompress_add(payload, d, out, weight)
         values, idx = self._read_shared(payload, d)
         scatter_scaled(values, idx, weight * (d / self.k), out, True)
+        return None
