@@ -14,13 +14,13 @@ from hpcgc.compressors.kernels import wire
 from hpcgc.errors import PayloadError
 
 from .compressor_checks import rng
-from .elias_ref import omega_string
+from .elias_ref import old_decode_gaps, omega_string
 
 
 @given(st.lists(st.integers(1, 2**32 - 1), min_size=0, max_size=60), st.integers(0, 3))
 @settings(max_examples=150, deadline=None)
 def test_elias_omega_kernels(gaps, offset):
-    from hpcgc.compressors.kernels import sparse
+    from hpcgc.compressors.kernels import elias_gaps, sparse
     idx = np.cumsum(np.array(gaps, dtype=np.int64)) - 1
     d = int(idx[-1]) + 1 if idx.size else 1
     bits = "".join(omega_string(g) for g in gaps)
@@ -33,23 +33,49 @@ def test_elias_omega_kernels(gaps, offset):
     stream = np.array([int(b) for b in bits] + [0] * (-len(bits) % 8), dtype=np.uint8)
     np.testing.assert_array_equal(out[offset:offset + nbytes], np.packbits(stream, bitorder="little"))
     back = np.empty(idx.size, dtype=np.int64)
-    assert sparse.elias_omega_decode_gaps(out, offset, offset + nbytes, d, back) == len(bits)
+    assert elias_gaps.elias_omega_decode_gaps(out, offset, offset + nbytes, d, back) == len(bits)
     np.testing.assert_array_equal(back, idx)
     if nbytes:
-        assert sparse.elias_omega_decode_gaps(out, offset, offset + nbytes - 1, d, back) < 0
-        assert sparse.elias_omega_decode_gaps(out, offset, offset + nbytes + 1, d, back) == sparse.ERR_TRAILING
+        assert elias_gaps.elias_omega_decode_gaps(out, offset, offset + nbytes - 1, d, back) < 0
+        assert elias_gaps.elias_omega_decode_gaps(out, offset, offset + nbytes + 1, d, back) == sparse.ERR_TRAILING
         if idx.size:
-            assert sparse.elias_omega_decode_gaps(out, offset, offset + nbytes, d - 1, back) == sparse.ERR_RANGE
+            assert elias_gaps.elias_omega_decode_gaps(out, offset, offset + nbytes, d - 1, back) == sparse.ERR_RANGE
+
+
+@pytest.mark.parametrize("spread", [2, 64, 600, 70000])
+def test_table_decoder_agrees_with_the_old_decoder_on_top_k_streams(spread):
+    """Streams of every gap size (table hits, the bit-by-bit path, both mixed), cut short, with a
+    byte too many and with d one too small: the same status and indices as the old decoder."""
+    from hpcgc.compressors.kernels import elias_gaps, sparse
+    g = np.random.default_rng(spread)
+    gaps = np.maximum(1, g.geometric(1 / spread, 3000)).astype(np.int64)
+    gaps[::97] = g.integers(1, 2**20, gaps[::97].size)
+    idx = np.cumsum(gaps) - 1
+    d = int(idx[-1]) + 1
+    out = np.zeros(sparse.elias_gap_bits(idx) // 8 + 9, dtype=np.uint8)
+    nbytes = sparse.elias_omega_encode_gaps(idx, out, 3)
+    for end, dd in [(3 + nbytes, d), (3 + nbytes - 1, d), (3 + nbytes + 1, d), (3 + nbytes, d - 1), (40, d)]:
+        a, b = np.full(idx.size, -1), np.full(idx.size, -1)
+        sa = elias_gaps.elias_omega_decode_gaps(out, 3, end, dd, a)
+        assert sa == old_decode_gaps(out, 3, end, dd, b)
+        if sa >= 0:
+            np.testing.assert_array_equal(a, idx)
+            np.testing.assert_array_equal(a, b)
 
 
 @given(st.binary(min_size=0, max_size=40), st.integers(0, 30), st.integers(1, 10**6))
 @settings(max_examples=300, deadline=None)
 def test_elias_omega_decoder_on_garbage(data, nnz, d):
-    """Arbitrary bytes never make the decoder read past its end or emit invalid indices."""
-    from hpcgc.compressors.kernels import sparse
+    """Arbitrary bytes never make the decoder read past its end or emit invalid indices, and the
+    table-driven decoder returns the old bit-by-bit decoder's status and indices."""
+    from hpcgc.compressors.kernels import elias_gaps, sparse
     src = np.frombuffer(data + b"\xAA" * 8, dtype=np.uint8)      # sentinel bytes after the end
     idx = np.full(nnz, -7, dtype=np.int64)
-    status = sparse.elias_omega_decode_gaps(src, 0, len(data), d, idx)
+    status = elias_gaps.elias_omega_decode_gaps(src, 0, len(data), d, idx)
+    old = np.full(nnz, -7, dtype=np.int64)
+    assert old_decode_gaps(src, 0, len(data), d, old) == status
+    if status >= 0:
+        np.testing.assert_array_equal(idx, old)
     if status >= 0:
         assert status <= 8 * len(data) and 8 * len(data) - status < 8
         assert sparse.indices_valid(idx, d)

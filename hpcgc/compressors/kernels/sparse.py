@@ -262,57 +262,6 @@ def elias_omega_encode_gaps(idx, out, offset):
 
 
 @njit(cache=True)
-def elias_omega_decode_gaps(src, offset, end, d, idx):
-    """Decode len(idx) Elias-omega gaps from ``src[offset:end]`` into increasing indices.
-
-    Returns the number of bits consumed (≥ 0), or a negative status: ERR_TRUNCATED (the stream
-    ends inside a code), ERR_RANGE (an index ≥ d or a group longer than 32 bits), ERR_TRAILING
-    (whole unused bytes after the last code), ERR_PADDING (non-zero padding bits). Reads only
-    ``src[offset:end]``.
-    """
-    buf = np.uint64(0)
-    nbuf = 0                    # valid bits at the bottom of buf, next stream bit = bit 0
-    pos = offset                # next byte to load
-    prev = -1
-    for i in range(idx.shape[0]):
-        n = 1
-        while True:
-            if nbuf == 0:
-                if pos >= end:
-                    return ERR_TRUNCATED
-                buf = np.uint64(src[pos])
-                pos += 1
-                nbuf = 8
-            bit = buf & np.uint64(1)
-            buf >>= np.uint64(1)
-            nbuf -= 1
-            if bit == 0:
-                break
-            if n > 31:          # a group of n + 1 > 32 bits: no valid gap (< 2^32) needs it
-                return ERR_RANGE
-            while nbuf < n:
-                if pos >= end:
-                    return ERR_TRUNCATED
-                buf |= np.uint64(src[pos]) << np.uint64(nbuf)
-                pos += 1
-                nbuf += 8
-            chunk = buf & ((np.uint64(1) << np.uint64(n)) - np.uint64(1))
-            buf >>= np.uint64(n)
-            nbuf -= n
-            n = np.int64(reverse_bits(chunk, n) | (np.uint64(1) << np.uint64(n)))
-        j = prev + n
-        if j >= d:
-            return ERR_RANGE
-        idx[i] = j
-        prev = j
-    if pos < end:
-        return ERR_TRAILING
-    if nbuf > 0 and buf != 0:
-        return ERR_PADDING
-    return (pos - offset) * 8 - nbuf
-
-
-@njit(cache=True)
 def indices_valid(idx, d):
     """True if ``idx`` is strictly increasing and inside [0, d)."""
     prev = -1
@@ -538,6 +487,7 @@ def read_indices(payload: np.ndarray, offset: int, nnz: int, d: int, use_elias: 
                  who: str) -> tuple[np.ndarray, int]:
     """Decode and validate the index stream at ``payload[offset:]``, which must end exactly at the
     end of the payload; returns (indices as int64, index bits as counted by the model)."""
+    from .elias_gaps import elias_omega_decode_gaps  # that module imports this one
     idx = np.empty(nnz, dtype=np.int64)
     end = payload.size
     if use_elias:
