@@ -70,16 +70,19 @@ def _old_ef_step(x, m, payloads, comps, weights):
     x -= m
 
 
-@pytest.mark.parametrize("spec", ["topk:k=5", "topk:k=40", "randk:k=9", "threshold:lam=0.5", "qsgd:s=4"])
-def test_ef_server_step_at_the_decoded_entries_has_the_bits_of_the_dense_step(spec):
+@pytest.mark.parametrize("n", [2, 5])
+@pytest.mark.parametrize("spec", ["topk:k=5", "topk:k=40", "topk:k=40,fp64=true", "randk:k=9", "threshold:lam=0.5",
+                                  "randk:k=9,shared_seed=true", "natural-randk:k=9", "qsgd:s=4"])
+def test_ef_server_step_at_the_decoded_entries_has_the_bits_of_the_dense_step(spec, n):
     """hpcgc.algorithms.ef.EF.server_step: the step at the sparse messages' entries only
     (kernels.step_at, m zero between steps) gives the dense step's bits, with overlapping indices,
-    messages that cancel to ±0, signed zeros in x and three steps in a row; qsgd: the dense path."""
+    messages that cancel to ±0, signed zeros in x and three steps in a row; shared-seed rand-k,
+    natural-randk and qsgd: the dense path."""
     from hpcgc import algorithms, compressors
-    d, n = 64, 3
+    d = 64
     comps = [compressors.make(spec) for _ in range(n)]
     info = {"L_max": 1.0, "L": 1.0, "mu": 1e-3, "kind": "logreg"}
-    alg = algorithms.make("ef", comps, d=d, n_workers=n, weights=np.full(n, 1 / 3), problem_info=info,
+    alg = algorithms.make("ef", comps, d=d, n_workers=n, weights=np.full(n, 1 / n), problem_info=info,
                           options={"collective": "allgather", "step_rule": "learning-rate", "learning_rate": 0.1})
     rng = np.random.default_rng(7)
     x0 = rng.standard_normal(d)
@@ -91,7 +94,7 @@ def test_ef_server_step_at_the_decoded_entries_has_the_bits_of_the_dense_step(sp
         vecs = [base * (-1) ** i if step == 1 else rng.standard_normal(d) for i in range(n)]
         if step == 2:
             vecs[0][:8] = 0.0
-            vecs[1][:8] = -0.0
+            vecs[-1][:8] = -0.0
         vecs = [v * 10.0 ** rng.uniform(-3, 3, d) if step == 0 else v for v in vecs]
         payloads = [c.compress(v, np.random.default_rng(i)) for i, (c, v) in enumerate(zip(comps, vecs))]
         _old_ef_step(want, m, payloads, comps, alg.weights * alg.scales)
