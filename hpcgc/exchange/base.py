@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from ..compressors.kernels.sparse import elias_stream_bits
+from ..compressors.kernels.elias_gaps import elias_stream_bits
 from ..compressors.kernels.wire import FLAG_ELIAS, FLAGS_BYTE, bits_for
 from ..errors import ConfigError
 from ..transport import LEDGER, LENGTH_BYTES, wtime

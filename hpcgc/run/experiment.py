@@ -26,7 +26,7 @@ def warm_jit(specs, transport: Transport, sizes=(), kernels=()):
     threshold for d >= 2**16, a k that does not fit in 64), and a kernel first met inside a run's
     iteration would put its compilation or cache load into that iteration's time."""
     from ..compressors.kernels._numba_cache import WouldCompile, cache_only, init_target
-    from ..compressors.kernels.sparse import elias_stream_bits
+    from ..compressors.kernels.elias_gaps import elias_stream_bits
     from ..problems import expit
 
     at_size = list({(c.spec, int(d)): (c, int(d)) for c, d in sizes}.values())

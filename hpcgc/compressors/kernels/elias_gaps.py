@@ -104,3 +104,21 @@ def elias_omega_decode_gaps(src, offset: int, end: int, d: int, idx) -> int:
     ``src[offset:end]``.
     """
     return decode_gaps(src, offset, end, d, idx, DECODE_TABLE)
+
+
+@njit(cache=True)
+def stream_bits(buf, starts, ends, nnz, d, out, table):
+    """:func:`elias_stream_bits` with the decode table as an argument (the kernel)."""
+    most = 0
+    for m in range(nnz.shape[0]):
+        most = max(most, nnz[m])
+    idx = np.empty(most, dtype=np.int64)
+    for m in range(nnz.shape[0]):
+        out[m] = decode_gaps(buf, starts[m], ends[m], d, idx[:nnz[m]], table)
+
+
+def elias_stream_bits(buf, starts, ends, nnz, d: int, out) -> None:
+    """out[m] = the bits of the Elias-omega stream of ``nnz[m]`` gaps at ``buf[starts[m]:ends[m]]``
+    (:func:`elias_omega_decode_gaps`'s return: negative if the stream is invalid), for every m in
+    one call: rank 0's bit accounting of the gathered payloads (``Exchange.account``)."""
+    stream_bits(buf, starts, ends, nnz, d, out, DECODE_TABLE)

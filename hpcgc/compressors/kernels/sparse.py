@@ -441,19 +441,6 @@ def scatter_scaled(values, idx, scale, out, accumulate):
 # Python helpers used by the sparse compressors
 # ------------------------------------------------------------------------------------------------
 
-@njit(cache=True)
-def elias_stream_bits(buf, starts, ends, nnz, d, out):
-    """out[m] = the bits of the Elias-omega stream of ``nnz[m]`` gaps at ``buf[starts[m]:ends[m]]``
-    (:func:`elias_omega_decode_gaps`'s return: negative if the stream is invalid), for every m in
-    one call: rank 0's bit accounting of the gathered payloads (``Exchange.account``)."""
-    most = 0
-    for m in range(nnz.shape[0]):
-        most = max(most, nnz[m])
-    idx = np.empty(most, dtype=np.int64)
-    for m in range(nnz.shape[0]):
-        out[m] = elias_omega_decode_gaps(buf, starts[m], ends[m], d, idx[:nnz[m]])
-
-
 def encode_indices(idx: np.ndarray, d: int) -> tuple[bool, int, np.ndarray | None]:
     """(use Elias-omega?, index bits, the Elias stream words or None) for increasing ``idx``: the
     smaller encoding, ties fixed. The Elias stream is encoded once, into work words (stopping as
