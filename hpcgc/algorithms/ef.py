@@ -58,6 +58,11 @@ class ServerState:
     x: np.ndarray          # iterate x^k
     m: np.ndarray          # scratch: Σ_i w_i m_i, zero between steps
 
+    def restored(self) -> None:
+        """After a checkpoint is put back: m is zero between steps (the sparse step relies on it);
+        a checkpoint written before 2026-11-27 stored the last step's sum there."""
+        self.m[:] = 0.0
+
 
 def contraction(comp, d: int) -> tuple[float | None, float]:
     """(δ, s): the contraction δ of s·C and the scale s error feedback applies to C's decoded

@@ -134,6 +134,8 @@ class RunState:
         self.x[:] = st["x"]
         restore_arrays(self.ws, st["worker"])
         restore_arrays(self.ss, st["server"])
+        if hasattr(self.ss, "restored"):                # scratch the algorithm's step expects clean
+            self.ss.restored()
         self.ex.restore(st["exchange"])
         k = st["iteration"]
         timers = st["timers"]
