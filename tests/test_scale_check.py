@@ -64,7 +64,7 @@ def test_combine_and_the_table_by_hand(tmp_path):
     assert len(table) == 5
     fp32 = body[("emu-10mbit-4x1", "fp32")]
     assert fp32 == ["emu-10mbit-4x1", "4", "1", "10mbit", "flat", "scale-check", "grad1e-2", "fp32", "allreduce",
-                    "20", "2.2 [2, 3]", "2", "1.10 [1.00, 1.50]", "OFF (1/3 runs beyond ±25%)"]
+                    "20", "2.2 [2, 3]", "2", "1.10 [1.00, 1.50]", "OFF (1/3 runs beyond ±25%)", "–", "–"]
     ef = body[("emu-10mbit-4x1", "ef")]
     assert ef[9] == "50 (not reached)" and ef[10] == "1" and ef[12] == "2.00"
     assert ef[13] == "not reached; OFF (1/1 runs beyond ±25%)"

@@ -22,7 +22,12 @@ import sys
 from pathlib import Path
 
 COLUMNS = ("setting", "nodes", "ranks per node", "rate", "topology", "experiment", "target", "method",
-           "collective", "iterations", "measured (s)", "predicted (s)", "measured / predicted", "mark")
+           "collective", "iterations", "measured (s)", "predicted (s)", "measured / predicted", "mark",
+           "ratio, one fit over all sizes", "ratio, measured collectives")
+"""The last two: ``check.csv``'s ``ratio_global_fit`` (each collective priced by one α–β fit over every
+size of the sweep, instead of the fit over the sizes within a factor 4 of the message) and
+``ratio_measured_collectives`` (each collective at the sweep's measured time for its size, no fit):
+where the main ratio misses, they say whether the fit or the model is what misses."""
 TOLERANCE = 0.25      # as hpcgc.analysis.breakeven.check.CHECK_TOLERANCE
 
 
@@ -40,6 +45,12 @@ def _spread(values: list[float], digits: str = ".3g") -> str:
     if len(values) == 1:
         return f"{med:{digits}}"
     return f"{med:{digits}} [{min(values):{digits}}, {max(values):{digits}}]"
+
+
+def _other(runs: list[dict], column: str) -> str:
+    vals = [float(r[column]) for r in runs if r.get(column) not in (None, "")]
+    vals = [v for v in vals if v == v]
+    return _spread(vals, ".2f") if vals else "–"
 
 
 def _order(r: dict) -> tuple:
@@ -68,7 +79,8 @@ def rows(campaign) -> list[list[str]]:
                 mark = (mark + "; " if mark else "") + f"OFF ({len(off)}/{len(ratio)} runs beyond ±{TOLERANCE:.0%})"
             table.append([*key[:5], key[5], key[6], method, collective,
                           "/".join(map(str, its)) + (" (not reached)" if missed else ""),
-                          _spread(meas), f"{statistics.median(pred):.3g}", _spread(ratio, ".2f"), mark or "ok"])
+                          _spread(meas), f"{statistics.median(pred):.3g}", _spread(ratio, ".2f"), mark or "ok",
+                          _other(runs, "ratio_global_fit"), _other(runs, "ratio_measured_collectives")])
     return table
 
 
