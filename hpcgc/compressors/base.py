@@ -29,9 +29,10 @@ import numpy as np
 
 from ..errors import ConfigError, PayloadError
 from .kernels import wire
+from .kernels.elias_gaps import read_indices
 from .kernels.norms import NONFINITE, block_norms_linf, nonfinite_flag, write_scales
 from .kernels.norms import OK as SCALES_OK
-from .kernels.sparse import encode_indices, read_indices, scatter_scaled, write_index_stream
+from .kernels.sparse import encode_indices, scatter_scaled, write_index_stream
 
 REQUIRED = object()
 """Default marker for a parameter the user must give."""

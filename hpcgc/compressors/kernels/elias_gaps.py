@@ -17,7 +17,21 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .sparse import _EO_TABLE, _LOW56, EO_TABLE_BITS, ERR_PADDING, ERR_RANGE, ERR_TRAILING, ERR_TRUNCATED, reverse_bits
+from ...errors import PayloadError
+from . import wire
+from .sparse import (
+    _EO_TABLE,
+    _LOW56,
+    _MESSAGES,
+    EO_TABLE_BITS,
+    ERR_PADDING,
+    ERR_RANGE,
+    ERR_TRAILING,
+    ERR_TRUNCATED,
+    fixed_stream_bytes,
+    indices_valid,
+    reverse_bits,
+)
 
 DECODE_BITS = 16
 """Bits of the decode window: gaps below 512 (codes of ≤ 16 bits) are decoded by one look-up."""
@@ -122,3 +136,30 @@ def elias_stream_bits(buf, starts, ends, nnz, d: int, out) -> None:
     (:func:`elias_omega_decode_gaps`'s return: negative if the stream is invalid), for every m in
     one call: rank 0's bit accounting of the gathered payloads (``Exchange.account``)."""
     stream_bits(buf, starts, ends, nnz, d, out, DECODE_TABLE)
+
+
+def read_indices(payload: np.ndarray, offset: int, nnz: int, d: int, use_elias: bool,
+                 who: str) -> tuple[np.ndarray, int]:
+    """Decode and validate the index stream at ``payload[offset:]``, which must end exactly at the
+    end of the payload; returns (indices as int64, index bits as counted by the model)."""
+    idx = np.empty(nnz, dtype=np.int64)
+    end = payload.size
+    if use_elias:
+        status = int(elias_omega_decode_gaps(payload, offset, end, d, idx))
+        if status < 0:
+            raise PayloadError(f"{who}: corrupted payload: {_MESSAGES[status]}")
+        if status >= nnz * wire.bits_for(d):
+            raise PayloadError(f"{who}: corrupted payload: Elias-omega flag set but the stream is "
+                               f"not shorter than fixed-width indices")
+        return idx, status
+    need = fixed_stream_bytes(nnz, d)
+    if end - offset != need:
+        what = "truncated" if end - offset < need else "has trailing bytes"
+        raise PayloadError(f"{who}: payload {what}: {end} bytes, expected {offset + need} for d={d}")
+    wire.unpack_fixed_width(payload, offset, wire.bits_for(d), idx)
+    if not indices_valid(idx, d):
+        raise PayloadError(f"{who}: corrupted payload: indices not strictly increasing in [0, {d})")
+    tail = (nnz * wire.bits_for(d)) % 8
+    if tail and payload[end - 1] >> tail:
+        raise PayloadError(f"{who}: corrupted payload: non-zero padding bits after the last index")
+    return idx, nnz * wire.bits_for(d)

@@ -36,7 +36,6 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from ...errors import PayloadError
 from . import wire
 
 # decode status codes (negative: error)
@@ -468,31 +467,3 @@ def write_index_stream(idx: np.ndarray, d: int, words: np.ndarray | None, bits: 
 
 def fixed_stream_bytes(nnz: int, d: int) -> int:
     return wire.packed_bytes(nnz, wire.bits_for(d))
-
-
-def read_indices(payload: np.ndarray, offset: int, nnz: int, d: int, use_elias: bool,
-                 who: str) -> tuple[np.ndarray, int]:
-    """Decode and validate the index stream at ``payload[offset:]``, which must end exactly at the
-    end of the payload; returns (indices as int64, index bits as counted by the model)."""
-    from .elias_gaps import elias_omega_decode_gaps  # that module imports this one
-    idx = np.empty(nnz, dtype=np.int64)
-    end = payload.size
-    if use_elias:
-        status = int(elias_omega_decode_gaps(payload, offset, end, d, idx))
-        if status < 0:
-            raise PayloadError(f"{who}: corrupted payload: {_MESSAGES[status]}")
-        if status >= nnz * wire.bits_for(d):
-            raise PayloadError(f"{who}: corrupted payload: Elias-omega flag set but the stream is "
-                               f"not shorter than fixed-width indices")
-        return idx, status
-    need = fixed_stream_bytes(nnz, d)
-    if end - offset != need:
-        what = "truncated" if end - offset < need else "has trailing bytes"
-        raise PayloadError(f"{who}: payload {what}: {end} bytes, expected {offset + need} for d={d}")
-    wire.unpack_fixed_width(payload, offset, wire.bits_for(d), idx)
-    if not indices_valid(idx, d):
-        raise PayloadError(f"{who}: corrupted payload: indices not strictly increasing in [0, {d})")
-    tail = (nnz * wire.bits_for(d)) % 8
-    if tail and payload[end - 1] >> tail:
-        raise PayloadError(f"{who}: corrupted payload: non-zero padding bits after the last index")
-    return idx, nnz * wire.bits_for(d)
