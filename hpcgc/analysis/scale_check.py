@@ -21,6 +21,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from .verdict import markdown
+
 COLUMNS = ("setting", "nodes", "ranks per node", "rate", "topology", "experiment", "target", "method",
            "collective", "iterations", "measured (s)", "predicted (s)", "measured / predicted", "mark",
            "ratio, one fit over all sizes", "ratio, measured collectives")
@@ -82,12 +84,6 @@ def rows(campaign) -> list[list[str]]:
                           _spread(meas), f"{statistics.median(pred):.3g}", _spread(ratio, ".2f"), mark or "ok",
                           _other(runs, "ratio_global_fit"), _other(runs, "ratio_measured_collectives")])
     return table
-
-
-def markdown(table: list[list[str]]) -> str:
-    head, *body = table
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body])
 
 
 def main(argv=None) -> int:
