@@ -44,7 +44,8 @@ def test_diana_drives_the_gradient_to_zero_on_sigmoid_loss_dcgd_stalls(shared_di
     assert np.all(tail >= 100 * 1e-6), tail
     assert dcgd.series["iteration"][-1] == 400
     if comm.rank == 0:                  # the report measures these runs by ‖∇f‖² (no f*), and says so
-        from hpcgc.analysis.report import _y_series, report
+        from hpcgc.analysis.figures import _y_series
+        from hpcgc.analysis.report import report
         out = report([shared_dir / "sigmoid.h5"], shared_dir / "report", eps=1e-6, formats=("png",), log=lambda t: None)
         assert any("‖∇f(x)‖²" in n for n in out["collection"].notes)
         assert _y_series(out["methods"]) == ["grad_norm_sq", "loss"]
