@@ -1,6 +1,6 @@
 """``hpcgc project`` (also ``python -m analysis.project``): the network projection's command line.
 
-The model is :mod:`hpcgc.analysis.projection`; the rows are :func:`hpcgc.analysis.tables.projection_rows`.
+The model is :mod:`hpcgc.analysis.projection`; the rows are :func:`hpcgc.analysis.projection_table.projection_rows`.
 """
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import tables
+from . import projection_table, tables
 from .projection import PRESETS, network
 
 
@@ -44,15 +44,15 @@ def main(argv=None) -> int:
         return 2
     for note in coll.notes:
         print(f"# note: {note}", file=sys.stderr)
-    rows = tables.projection_rows(coll, args.eps, nets, args.gather, args.metric, args.baseline)
-    print(tables.markdown_table(rows, tables.projection_columns(nets),
+    rows = projection_table.projection_rows(coll, args.eps, nets, args.gather, args.metric, args.baseline)
+    print(tables.markdown_table(rows, projection_table.projection_columns(nets),
                                 title=f"Projected time to {args.metric} ≤ {args.eps:g} "
                                       f"({args.gather} gather, binomial broadcast)"))
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        tables.write_csv(out / "projection.csv", rows, tables.projection_columns(nets))
-        (out / "projection.md").write_text(tables.markdown_table(rows, tables.projection_columns(nets)) + "\n")
+        tables.write_csv(out / "projection.csv", rows, projection_table.projection_columns(nets))
+        (out / "projection.md").write_text(tables.markdown_table(rows, projection_table.projection_columns(nets)) + "\n")
         print(f"# wrote {out / 'projection.csv'} and {out / 'projection.md'}")
     return 0
 

@@ -47,6 +47,7 @@ from .figures import (
     fig_scaling,
 )
 from .html import write_html
+from .projection_table import projection_columns, projection_rows
 from .tables import (  # the report's tables and inputs; re-exported for `report.collect` etc.
     METHOD_COLUMNS,
     RUN_COLUMNS,
@@ -58,8 +59,6 @@ from .tables import (  # the report's tables and inputs; re-exported for `report
     method_rows,
     methods,
     panel_title,
-    projection_columns,
-    projection_rows,
     run_metrics,
     write_csv,
 )
