@@ -98,7 +98,7 @@ def build(kind: str, d: int):
         c = compressors.make(spec)
         if spec.startswith(("qsgd", "natural-dither")):
             from hpcgc.compressors.kernels.dither import qsgd_pack
-            from hpcgc.compressors.natural import natural_dither_pack
+            from hpcgc.compressors.natural_dither import natural_dither_pack
             pack = qsgd_pack if spec.startswith("qsgd") else natural_dither_pack
             out = np.empty(8 + c._body_bytes(d)[1], np.uint8)
             return lambda: pack(x, d, sc, c.s, c._width, seed, out, 12)
@@ -135,11 +135,11 @@ def main(argv: list[str]) -> None:
     for f in fns:
         f()                                          # load or compile
     if mode == "asm":
-        from hpcgc.compressors import natural, quant
+        from hpcgc.compressors import natural, natural_dither, quant
         from hpcgc.compressors.kernels import dither
         for k in kinds:
             spec = k[5:] if k.startswith("pack:") else k
-            fn = (dither.qsgd_pack if spec.startswith("qsgd") else natural.natural_dither_pack
+            fn = (dither.qsgd_pack if spec.startswith("qsgd") else natural_dither.natural_dither_pack
                   if spec.startswith("natural-dither") else natural.natural_encode_f32
                   if spec.startswith("natural") else quant.ternary_dither_pack)
             for sig, asm in fn.inspect_asm().items():

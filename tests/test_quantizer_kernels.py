@@ -20,7 +20,8 @@ from hpcgc import compressors
 from hpcgc.compressors.kernels.dither import QSGD, QSGD_WIDE, SMALL_S
 from hpcgc.compressors.kernels.prng import TWO32, uniform_at, word_at
 from hpcgc.compressors.kernels.simd import LANES, fields_row, row_param
-from hpcgc.compressors.natural import NDITHER_KIND, natural_encode_f32
+from hpcgc.compressors.natural import natural_encode_f32
+from hpcgc.compressors.natural_dither import NDITHER_KIND
 from hpcgc.compressors.quant import ternary_dither
 
 # (spec, d, dtype): CRC-32 of the first and second payload of compressors.make(spec) on the input

@@ -63,7 +63,7 @@ def test_worker_rank_imports_only_what_workers_use(tmp_path):
     # the run's compressor only (qsgd, with its code=elias half), not the catalogue
     loaded = {m.rsplit(".", 1)[-1] for m in worker if m.startswith("hpcgc.compressors.")}
     assert {"qsgd", "qsgd_elias", "base"} <= loaded
-    assert not loaded & {"topk", "randk", "natural", "quant", "sparsify_plus", "powersgd", "dither_plus",
+    assert not loaded & {"topk", "randk", "natural", "natural_dither", "quant", "sparsify_plus", "powersgd", "dither_plus",
                          "block_quant", "sign", "threshold", "bernoulli", "identity", "reference"}, loaded
 
 

@@ -41,7 +41,7 @@ _MODULES: dict[str, str] = {
     "scaled-sign": "sign:ScaledSign",
     "bernoulli": "bernoulli:Bernoulli",
     "natural": "natural:Natural",
-    "natural-dither": "natural:NaturalDither",
+    "natural-dither": "natural_dither:NaturalDither",
     "natural-randk": "natural:NaturalRandK",
     "powersgd": "powersgd:PowerSGD",
     "int8": "int8:Int8",
