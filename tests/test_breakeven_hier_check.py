@@ -126,6 +126,12 @@ def test_hierarchical_run_is_predicted_at_the_two_levels(produced):
     assert "allreduce" in row["alpha_beta"]
 
 
+def test_breakeven_table_says_it_models_hierarchical_runs_flat(produced):
+    md = (produced[4] / "out" / "breakeven.md").read_text()
+    assert "run.topology = 'hierarchical'" in md and "modelled in this table as flat" in md
+    assert "uncompressed allreduce" in md.split("modelled in this table as flat")[0].rsplit("run.topology", 1)[1]
+
+
 def test_hierarchical_run_without_levels_is_refused(produced):
     res, _, flat_coll, _, d = produced
     p = _breakeven(res, flat_coll, d / "refused")

@@ -132,6 +132,8 @@ def main(argv=None) -> int:
         md += "\n\n" + hierarchy_markdown(hier, levels)
     if checked:
         md += "\n\n" + check_markdown(checked, rep.target, latency)
+    if rep.notes:                           # the caveats, in the file too (stderr is not kept)
+        md += "\n\nNotes:\n\n" + "\n".join(f"- {n}" for n in rep.notes)
     print(md)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

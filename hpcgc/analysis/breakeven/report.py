@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import baselines, tables
+from .hierarchy import run_shape
 from .measure import (
     N_LARGE,
     N_REFERENCE,
@@ -93,6 +94,14 @@ def build(results, latency: Latency, gbps, n_max: int = 1024, eps=None, metric=N
         panels.setdefault(m.panel, []).append(m)
     rep = Report(target, latency, np.asarray(gbps, float), [], gamma, {}, notes=list(coll.notes) + latency.notes)
     rep.models = models
+    hier = sorted({m.label for m in models if any(run_shape(ri.run) for ri in m.runs)})
+    if hier:
+        rep.notes.append(
+            "runs with run.topology = 'hierarchical' (" + ", ".join(hier) + ") are modelled in this table as flat "
+            "collectives among all their ranks at one bandwidth — the break-even sweep has one network level; "
+            "check.csv prices them at two levels (the leaders among the nodes, the node's Bcast inside it; "
+            "--collectives measured on their node shape), and hierarchical.csv models flat against "
+            "hierarchical from a flat run (docs/breakeven.md)")
     powers = [2 ** i for i in range(1, int(math.log2(n_max)) + 1)]
     for panel, ms in panels.items():
         bases = [m for m in ms if m.baseline]
