@@ -7,7 +7,10 @@ PHASE: ``grad-dcgd`` / ``grad-diana`` / ``grad-ef`` (the worker's ``worker_compu
 EF on a ``synthetic:sparse`` shard of ROWS rows, 40 nonzeros per row), ``server-allreduce`` (DCGD's
 step from an Allreduce's float32 sum, as ``hpcgc.exchange.allreduce`` hands it), ``compress-identity``
 (the uncompressed Allreduce's round vector), ``server-ef-topk`` (EF's step from two ``topk:k=16384``
-payloads). The calls go through the algorithms' and codecs' public methods, so the script measures
+payloads), ``compress-ef-topk`` (EF's worker message through ``topk:k=16384``: ``worker_encode`` =
+EF's ``worker_message`` → the codec's compress (selection, index encoding, values) → ``worker_sent``
+with the own payload decoded, e ← e − s·C(e); e is refilled with the same vector before each call,
+outside the timing). The calls go through the algorithms' and codecs' public methods, so the script measures
 any checkout it is run from (``PYTHONPATH=<checkout>``): the before/after figures compare two.
 
 Instruction counts: run it under ``valgrind --tool=callgrind`` with ``--repeat 0`` and with
@@ -33,7 +36,7 @@ import numpy as np
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("phase", choices=("grad-dcgd", "grad-diana", "grad-ef", "server-allreduce",
-                                      "compress-identity", "server-ef-topk"))
+                                      "compress-identity", "server-ef-topk", "compress-ef-topk"))
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--rows", type=int, default=4000)
     ap.add_argument("--d", type=int, default=2**20)
@@ -49,8 +52,9 @@ def main() -> None:
     obj = Objective("logreg", ds.X, ds.y, np.full(a.rows, 1.0 / a.rows), 1e-3)
     info = {"L_max": 1.0, "L": 1.0, "mu": 1e-3, "kind": "logreg"}
     name = {"grad-dcgd": "dcgd", "grad-diana": "diana", "grad-ef": "ef", "server-allreduce": "dcgd",
-            "compress-identity": "dcgd", "server-ef-topk": "ef"}[a.phase]
-    spec = {"server-ef-topk": "topk:k=16384", "grad-ef": "topk:k=16384", "grad-diana": "qsgd:s=64"}.get(a.phase, "identity")
+            "compress-identity": "dcgd", "server-ef-topk": "ef", "compress-ef-topk": "ef"}[a.phase]
+    spec = {"server-ef-topk": "topk:k=16384", "compress-ef-topk": "topk:k=16384", "grad-ef": "topk:k=16384",
+            "grad-diana": "qsgd:s=64"}.get(a.phase, "identity")
     comp = compressors.make(spec)
     coll = "allreduce" if spec == "identity" else "allgather"
     alg = algorithms.make(name, [comp, comp], d=d, n_workers=2, weights=np.full(2, 0.5), problem_info=info,
@@ -61,6 +65,9 @@ def main() -> None:
     ss = alg.server_init(x)
     if hasattr(ws, "h"):
         ws.h[:] = rng.standard_normal(d) * 1e-3 if name == "diana" else 0.0
+
+    def refill():
+        pass
 
     if a.phase.startswith("grad"):
         def call():
@@ -87,6 +94,16 @@ def main() -> None:
             xs = alg.server_reduced(ss, add_sum)
             if xs is not x_loop:         # the exchange's copy into the loop's x (none when in place)
                 x_loop[:] = xs
+    elif a.phase == "compress-ef-topk":
+        codec = comp.prepared(d)
+        alg.codecs = [codec, codec]
+        e0 = rng.standard_normal(d)          # EF's memory e + γ·g before the message
+
+        def call():
+            alg.worker_encode(ws, rng)
+
+        def refill():
+            ws.e[:] = e0
     else:
         codec = comp.prepared(d)
         pays = [codec.encode(rng.standard_normal(d), rng) for _ in range(2)]
@@ -94,9 +111,11 @@ def main() -> None:
 
         def call():
             alg.server_step(ss, list(enumerate(pays)))
+    refill()                     # untimed, before every call: the state the phase starts from
     call()                       # one untimed call in every run, --repeat 0 too: kernel loads, first touches
     times = []
     for _ in range(a.repeat):
+        refill()
         t0 = time.perf_counter()
         call()
         times.append(time.perf_counter() - t0)

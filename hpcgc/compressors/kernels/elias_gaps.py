@@ -1,74 +1,127 @@
 """Decoding the Elias-omega gap stream of sparse messages (:mod:`.sparse`'s layout), table-driven.
 
 The stream is LSB-first and each code is written first bit first, so the next code starts at bit 0
-of a 64-bit window ``buf`` of the stream. :data:`DECODE_TABLE` maps every pattern of the window's
-low :data:`DECODE_BITS` bits to (gap << 5) | code length when a complete code of at most
-DECODE_BITS bits starts there (Elias-omega is prefix-free: a code of length L fills all
-2^(DECODE_BITS − L) patterns that start with it), else 0. At d/k = 64 — top-k at d = 2²⁰,
-k = 16 384 — the gaps are ≈ 64 and their codes 13 bits: one table look-up and one shift per index
-instead of a loop over the code's groups and single bits (the previous decoder, kept as the
-tests' oracle in ``tests/elias_ref.py``). Longer codes, and codes that would run past the bits
-left in the stream, take that bit-by-bit path from the same state, so every stream decodes to
-the same indices, the same bit count and the same error status as before (Elias, *Universal
+of a 64-bit window ``buf`` of the stream. The window is refilled by one unaligned 64-bit load
+while 8 bytes remain, and :data:`DECODE_TABLE` maps its low :data:`PREFIX_BITS` bits to where the
+gap's own group starts and how wide it is (lp, b): for every gap < 2^16 the code is that prefix,
+the b bits of the gap MSB first, and a 0 — so one look-up in a 512-byte table, one bit reversal
+and one shift per index. At d/k = 64 — top-k at d = 2²⁰, k = 16 384 — the gaps are ≈ 64 and their
+codes 13 bits. The previous decoders (a 2^16-entry table of whole codes of ≤ 16 bits, whose
+look-up missed L1 and whose refill went a byte at a time, 2026-11-27; before it bit by bit, kept
+as the tests' oracle in ``tests/elias_ref.py``) decode every stream the same way: longer codes,
+and codes near the stream's end, take that bit-by-bit path from the same state, so every stream
+decodes to the same indices, the same bit count and the same error status (Elias, *Universal
 codeword sets and representations of the integers*, IEEE Trans. IT 21(2), 1975).
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from ...errors import PayloadError
 from . import wire
 from .sparse import (
-    _EO_TABLE,
-    _LOW56,
     _MESSAGES,
-    EO_TABLE_BITS,
     ERR_PADDING,
     ERR_RANGE,
     ERR_TRAILING,
     ERR_TRUNCATED,
+    bitreverse64,
     fixed_stream_bytes,
     indices_valid,
     reverse_bits,
 )
 
-DECODE_BITS = 16
-"""Bits of the decode window: gaps below 512 (codes of ≤ 16 bits) are decoded by one look-up."""
+PREFIX_BITS = 7
+"""Bits of the window that settle a code's prefix: :data:`DECODE_TABLE` has 2^PREFIX_BITS entries."""
 
 
 def _decode_table() -> np.ndarray:
-    """DECODE_TABLE[w] = (gap << 5) | |ω(gap)| for the code at bit 0 of the window w, 0 if none fits."""
-    table = np.zeros(1 << DECODE_BITS, dtype=np.int32)
-    for g in range(1, 1 << EO_TABLE_BITS):
-        e = int(_EO_TABLE[g])
-        code, length = e & int(_LOW56), e >> 56
-        if length > DECODE_BITS:                 # |ω(g)| does not decrease with g
-            break
-        table[code + (np.arange(1 << (DECODE_BITS - length)) << length)] = (g << 5) | length
+    """DECODE_TABLE[w] = (lp + b + 1) | lp << 5 | b << 10 | one << 15 for the low PREFIX_BITS bits
+    w of the window.
+
+    An Elias-omega code is groups read MSB first — the first of 2 bits, each next one of (the
+    previous group's value + 1) bits — while the bit after a group is 1; a 0 ends the code and the
+    last group is the gap (none for the code ``0`` of gap 1: ``one``). Seven bits always reach the
+    end of the second group and the bit after it, so they give where the gap's own group starts
+    (lp) and its width b, assuming it ends there — true for every gap < 2^16 (b ≤ 16): the
+    decoder checks that the bit after it is the terminating 0 (else: a longer code, bit by bit)."""
+    table = np.zeros(1 << PREFIX_BITS, dtype=np.int32)
+    for w in range(1 << PREFIX_BITS):
+        bit = [(w >> i) & 1 for i in range(PREFIX_BITS)]
+        if bit[0] == 0:
+            lp, b, one = 0, 0, 1                      # "0": gap 1
+        elif bit[2] == 0:
+            lp, b, one = 0, 2, 0                      # "1x0": gap 2 or 3
+        else:
+            v1 = 2 + bit[1]
+            v2 = int("".join(map(str, bit[2:3 + v1])), 2)
+            t = 3 + v1                                # the bit after the second group
+            lp, b, one = (2, v1 + 1, 0) if bit[t] == 0 else (t, v2 + 1, 0)
+        table[w] = (lp + b + 1) | lp << 5 | b << 10 | one << 15
     return table
 
 
 DECODE_TABLE = _decode_table()
 
 
+@intrinsic
+def load_u64(typingctx, src, pos):
+    """The 8 bytes src[pos : pos + 8] of a C-contiguous uint8 array as a little-endian uint64: one
+    unaligned load (the caller keeps pos + 8 ≤ len(src))."""
+    if not (isinstance(src, types.Array) and src.dtype == types.uint8 and src.ndim == 1
+            and src.layout == "C" and isinstance(pos, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        i = context.cast(builder, args[1], sig.args[1], types.intp)
+        ptr = builder.bitcast(builder.gep(ary.data, [i]), ir.IntType(64).as_pointer())
+        v = builder.load(ptr, align=1)
+        if sys.byteorder != "little":
+            v = builder.bswap(v)
+        return v
+    return types.uint64(src, pos), codegen
+
+
 @njit(cache=True)
 def decode_gaps(src, offset, end, d, idx, table):
-    """:func:`elias_omega_decode_gaps` with the decode table as an argument (the kernel)."""
+    """:func:`elias_omega_decode_gaps` with the decode table as an argument (the kernel).
+
+    While 8 bytes remain, the window is refilled by one unaligned 64-bit load (≥ 56 valid bits
+    after it); a code whose gap is < 2^16 (≤ 23 bits) is then decoded from the table entry of its
+    first 7 bits: the gap's group by one bit reversal, the code's length lp + b + 1 — a short
+    chain of dependent operations per code, the table in L1. Other codes, and every code near the
+    stream's end, take the bit-by-bit path from the same state: every stream decodes to the same
+    indices, bit count and status as with the bit-by-bit decoder alone (``tests/elias_ref.py``).
+    Bits of ``buf`` above ``nbuf`` are 0 or the stream's next bits (a refill ORs them in again)."""
     buf = np.uint64(0)
     nbuf = 0                    # valid bits at the bottom of buf, next stream bit = bit 0
     pos = offset                # next byte to load
     prev = -1
-    low = np.uint64((1 << DECODE_BITS) - 1)
+    low = np.uint64((1 << PREFIX_BITS) - 1)
+    one64 = np.uint64(1)
     for i in range(idx.shape[0]):
-        while nbuf <= 56 and pos < end:
-            buf |= np.uint64(src[pos]) << np.uint64(nbuf)
-            pos += 1
-            nbuf += 8
+        if pos + 8 <= end:      # branch-free refill: whole bytes up to 56..63 valid bits
+            buf |= load_u64(src, pos) << np.uint64(nbuf)
+            pos += (63 - nbuf) >> 3
+            nbuf |= 56
+        else:
+            while nbuf <= 56 and pos < end:
+                buf |= np.uint64(src[pos]) << np.uint64(nbuf)
+                pos += 1
+                nbuf += 8
         e = table[buf & low]
-        length = e & 31
-        if length != 0 and length <= nbuf:
-            n = np.int64(e >> 5)
+        length = np.int64(e & 31)         # the code's length if the gap's group ends the code
+        lp = np.int64((e >> 5) & 31)
+        b = np.int64((e >> 10) & 31)
+        if length <= nbuf and ((buf >> np.uint64(length - 1)) & one64) == 0:
+            n = np.int64(((bitreverse64(buf >> np.uint64(lp)) >> np.uint64(63 - b)) >> one64)
+                         | np.uint64(e >> 15))
             buf >>= np.uint64(length)
             nbuf -= length
         else:                   # a long code, or one the remaining bits may not hold: bit by bit
@@ -104,7 +157,7 @@ def decode_gaps(src, offset, end, d, idx, table):
         prev = j
     if pos < end or nbuf >= 8:  # whole bytes after the last code (loaded ahead or not)
         return ERR_TRAILING
-    if nbuf > 0 and buf != 0:
+    if nbuf > 0 and (buf & ((one64 << np.uint64(nbuf)) - one64)) != 0:
         return ERR_PADDING
     return (pos - offset) * 8 - nbuf
 
