@@ -75,7 +75,7 @@ def _old_ef_step(x, m, payloads, comps, weights):
                                   "randk:k=9,shared_seed=true", "natural-randk:k=9", "qsgd:s=4"])
 def test_ef_server_step_at_the_decoded_entries_has_the_bits_of_the_dense_step(spec, n):
     """hpcgc.algorithms.ef.EF.server_step: the step at the sparse messages' entries only
-    (kernels.step_at, m zero between steps) gives the dense step's bits, with overlapping indices,
+    (kernels.sparse_step, block by block) gives the dense step's bits, with overlapping indices,
     messages that cancel to ±0, signed zeros in x and three steps in a row; shared-seed rand-k,
     natural-randk and qsgd: the dense path."""
     from hpcgc import algorithms, compressors
@@ -103,11 +103,26 @@ def test_ef_server_step_at_the_decoded_entries_has_the_bits_of_the_dense_step(sp
         assert not ss.m.any() and not np.signbit(ss.m).any()     # m back to +0.0 everywhere
 
 
-def test_step_at_repeated_indices_change_nothing_twice():
-    from hpcgc.algorithms.kernels import step_at
-    x = np.array([-0.0, 1.0, 2.0, 3.0])
-    m = np.array([-0.0, 0.5, 0.0, 0.25])
-    step_at(x, m, np.array([0, 1, 1, 3, 0], dtype=np.int64))
-    want = np.array([-0.0, 1.0, 2.0, 3.0]) - np.array([-0.0, 0.5, 0.0, 0.25])
+@pytest.mark.parametrize("block", [1, 4, 16, 4096])
+def test_sparse_step_has_the_bits_of_decode_into_m_then_step(block):
+    """kernels.sparse_step over several blocks (d = 203, blocks of 1 to 4096 coordinates): the bits
+    of m = 0; m[idx_i] += vals_i message by message; x −= m — entries shared by two or three
+    messages, messages cancelling to ±0 and signed zeros in x; the block is +0.0 again after."""
+    from hpcgc.algorithms.kernels import sparse_step
+    g = np.random.default_rng(block)
+    d, n = 203, 3
+    x = g.standard_normal(d)
+    x[:4] = [0.0, -0.0, -0.0, 0.0]
+    idxs = [np.sort(g.choice(d, size=s, replace=False)).astype(np.int64) for s in (60, 150, 1)]
+    idxs[0][:3], idxs[1][:3] = [0, 1, 2], [0, 1, 2]
+    vals = [g.standard_normal(i.size) * 10.0 ** g.uniform(-3, 3, i.size) for i in idxs]
+    vals[0][:3], vals[1][:3] = [1.5, 0.0, -0.0], [-1.5, -0.0, -0.0]
+    m, want = np.zeros(d), x.copy()
+    for i, v in zip(idxs, vals):
+        m[i] += v
+    want -= m
+    starts = np.array([0, 60, 210, 211], dtype=np.int64)
+    blk = np.zeros(block)
+    sparse_step(x, np.concatenate(idxs), np.concatenate(vals), starts, blk)
     assert np.array_equal(x.view(np.uint64), want.view(np.uint64))
-    assert np.array_equal(m.view(np.uint64), np.zeros(4).view(np.uint64))
+    assert not blk.any() and not np.signbit(blk).any()

@@ -40,7 +40,7 @@ from ..errors import ConfigError
 from ..losses import ACCUMULATE
 from ..problems import local_grad
 from .base import LEARNING_RATE, NO_CONSTANT, SMOOTH, STRONGLY_CONVEX, Algorithm
-from .kernels import step_at
+from .kernels import sparse_step
 
 PLAN_D = 2**20
 """A dimension to ask a compressor at plan time whether it has a contraction δ at all (before the
@@ -214,27 +214,39 @@ class EF(ErrorFeedback):
     def server_init(self, x0: np.ndarray) -> ServerState:
         return ServerState(x=np.array(x0, dtype=np.float64), m=np.zeros(self.d))
 
+    STEP_BLOCK = 4096
+    """Coordinates per block of the sparse step (:func:`~.kernels.sparse_step`): 32 KiB of float64."""
+
     def server_step(self, state: ServerState, messages) -> np.ndarray:
         """x ← x − Σ_i w_i s_i C(e_i); ``messages``: (worker index, payload bytes).
 
-        m is zero between steps. The messages are decoded into it in order (each coordinate's sum
-        in the same order as ever); when every payload is sparse (its decoder returns the indices
-        it added to: top-k, rand-k, threshold) the step and the re-zeroing touch those n·k entries
-        only (:func:`~.kernels.step_at`), else x −= m and m is zeroed over all d."""
+        When every codec hands out a message's decoded entries (``Prepared.entries``: top-k,
+        rand-k with sent indices, threshold), all messages are decoded first — an invalid payload
+        raises before x changes — and :func:`~.kernels.sparse_step` applies them block by block:
+        x is touched at the n·k entries, ascending, with no aggregate vector. Otherwise they are
+        decoded into m (zero between steps), x −= m and m is zeroed over all d. Each coordinate's
+        sum is formed in message order either way (the same bits)."""
+        codecs = self.codecs
+        if all(codecs[i].entries is not None for i, _ in messages):
+            parts = [codecs[i].entries(payload, self.weights[i] * self.scales[i]) for i, payload in messages]
+            starts = np.zeros(len(parts) + 1, dtype=np.int64)
+            np.cumsum([p[0].shape[0] for p in parts], out=starts[1:])
+            idx = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts])
+            vals = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
+            block = getattr(self, "_block", None)
+            if block is None:
+                block = self._block = np.zeros(self.STEP_BLOCK)
+            sparse_step(state.x, idx, vals, starts, block)
+            return state.x
         m = state.m
-        touched = []
         try:
             for i, payload in messages:
-                touched.append(self.codecs[i].add(payload, m, self.weights[i] * self.scales[i]))
+                codecs[i].add(payload, m, self.weights[i] * self.scales[i])
         except BaseException:
             m[:] = 0.0                        # an invalid payload: m back to zero, x untouched
             raise
-        if all(isinstance(t, np.ndarray) for t in touched):
-            for idx in touched:
-                step_at(state.x, m, idx)
-        else:
-            state.x -= m
-            m[:] = 0.0
+        state.x -= m
+        m[:] = 0.0
         return state.x
 
     def server_reduced(self, state: ServerState, add_sum) -> np.ndarray:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..compressors.kernels.sparse import prefetch
+
 
 @njit(cache=True)
 def shifted_step(x, h, v, m, gamma, alpha, beta):
@@ -74,6 +76,7 @@ def warm() -> None:
     for dt in (np.float32, np.float64):
         step_from_sum(a, a.copy(), a.copy(), np.zeros(1, dtype=dt), 0.5, 1.0, 1.0, 0.5, True)
         step_from_sum(a, a.copy(), a.copy(), np.zeros(1, dtype=dt), 0.5, 1.0, 0.0, 0.0, False)
+    sparse_step(a, np.zeros(1, dtype=np.int64), a.copy(), np.array([0, 1], dtype=np.int64), np.zeros(4))
 
 
 def step_from_sum(x, h, v, total, scale: float, gamma: float, alpha: float, beta: float, shifts: bool) -> None:
@@ -87,14 +90,50 @@ def step_from_sum(x, h, v, total, scale: float, gamma: float, alpha: float, beta
         shifted_step_sum(x, h, v, total, s, one, gamma, alpha, beta)
 
 
+PREFETCH = 64
+"""Entries ahead of the x update at which :func:`sparse_step` asks for x's cache line."""
+
+
 @njit(cache=True)
-def step_at(x, m, idx):
-    """x_j ← x_j − m_j, then m_j ← 0, at the indices ``idx`` only (repeats allowed: a second visit
-    subtracts +0.0, which changes no float64's bits): EF's step from sparse messages (Karimireddy
-    et al. 2019, Alg. 2, x ← x − Σ_i w_i C(e_i)) decoded into the zero scratch m. Elsewhere m_j is
-    +0.0 and x_j − 0.0 = x_j bit for bit, so this is the dense ``x -= m; m[:] = 0`` at the touched
-    entries only (``tests/test_step_kernels.py``)."""
-    for i in range(idx.shape[0]):
-        j = idx[i]
-        x[j] = x[j] - m[j]
-        m[j] = 0.0
+def sparse_step(x, idx, vals, starts, block):
+    """x_j ← x_j − m_j with m_j = ((0.0 + v_0j) + v_1j) + … summed over the messages that hold j,
+    in message order: EF's step from n sparse messages (Karimireddy et al. 2019, Alg. 2,
+    x ← x − Σ_i w_i C(e_i)). Message i is idx[starts[i]:starts[i + 1]] (increasing) with the
+    weighted values vals (w_i·s_i·value, float64) at the same places.
+
+    x is visited in blocks of len(block) coordinates (``block``: float64 work space, +0.0 on entry
+    and on return; a block of 4096 is 32 KiB, in L1): each message's entries in the block are added
+    into it in message order, then x_j −= block_j and block_j ← 0 at those entries — x is touched
+    once per entry, in ascending blocks, and no d-vector aggregate exists. The entries' x lines are
+    mostly not in cache (the gradient evicts x between steps) and their addresses are known ahead:
+    the first loop asks for the line PREFETCH entries ahead (:func:`~hpcgc.compressors.kernels.sparse.prefetch`).
+    The same bits as decoding every message into a zero d-vector m (m_j += v), then x −= m: at a
+    repeated j the second visit subtracts +0.0, which changes no float64 (``tests/test_step_kernels.py``)."""
+    d = x.shape[0]
+    n = starts.shape[0] - 1
+    bs = block.shape[0]
+    lo = starts[:n].copy()          # each message's first entry in the block
+    hi = starts[:n].copy()          # and one past its last
+    for i in range(n):
+        for q in range(starts[i], min(starts[i] + PREFETCH, starts[i + 1])):
+            prefetch(x, idx[q])
+    for b0 in range(0, d, bs):
+        b1 = b0 + bs
+        for i in range(n):          # the segments first: the loops below have known trip counts
+            q = lo[i]
+            end = starts[i + 1]
+            while q < end and idx[q] < b1:
+                q += 1
+            hi[i] = q
+        for i in range(n):
+            end = starts[i + 1]
+            for q in range(lo[i], hi[i]):
+                block[idx[q] - b0] += vals[q]
+                if q + PREFETCH < end:
+                    prefetch(x, idx[q + PREFETCH])
+        for i in range(n):
+            for q in range(lo[i], hi[i]):
+                j = idx[q]
+                x[j] = x[j] - block[j - b0]
+                block[j - b0] = 0.0
+            lo[i] = hi[i]

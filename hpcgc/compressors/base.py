@@ -242,6 +242,9 @@ class Prepared(NamedTuple):
     encode: Callable        # (x, rng) -> payload: compress
     add: Callable           # (payload, out, weight): out += weight * decompress(payload); returns the
                             # indices it changed (sparse formats) or None (any entry may have changed)
+    entries: Callable | None = None   # (payload, weight) -> (indices, weight·values): a sparse message's
+                            # decoded entries, not added anywhere (increasing int64 indices, the float64
+                            # products add would add); None when the format has no such form
 
 
 class Compressor(ABC):
@@ -461,7 +464,12 @@ class Compressor(ABC):
         (header, length, fields) are still checked on every ``add``: they came over the network."""
         self.validate(d)
         enc, add = self._codec_at(d)
-        return Prepared(lambda x, rng: enc(x, draw_seed(rng)), add)
+        return Prepared(lambda x, rng: enc(x, draw_seed(rng)), add, self._entries_at(d))
+
+    def _entries_at(self, d: int) -> Callable | None:
+        """Hook of :meth:`prepared`: its ``entries`` callable at dimension d (a sparse format's
+        decoded entries, for a step that merges several messages: EF), or None (the default)."""
+        return None
 
     def _codec_at(self, d: int) -> tuple:
         """(encode(x, seed), add(payload, out, weight)) at dimension d, made once per d: by default
@@ -753,6 +761,19 @@ class SparseCompressor(Compressor):
         out = np.zeros(d)
         scatter_scaled(values, idx, self._scale(d, nnz), out, False)
         return out
+
+    PLAIN_VALUES: ClassVar[bool] = True
+    """The values are nnz floats of the wire type (False: natural-randk's encoded values)."""
+
+    def _entries_at(self, d: int) -> Callable | None:
+        return (lambda payload, weight: self._entries(payload, d, weight)) if self.PLAIN_VALUES else None
+
+    def _entries(self, payload: np.ndarray, d: int, weight: float) -> tuple[np.ndarray, np.ndarray]:
+        """(idx, weight·scale·values as float64): what :meth:`_decompress_add` adds at idx, the same
+        products (the float32 value widened, then multiplied), checked the same way."""
+        payload, voff, nnz, idx, _ = self._read_sparse(payload, d)
+        values = self._read_values(payload, voff, nnz)
+        return idx, np.multiply(values, weight * self._scale(d, nnz), dtype=np.float64)
 
     def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> np.ndarray:
         """out[idx] += weight·scale·values; returns idx (increasing: the only entries of out it

@@ -333,6 +333,7 @@ class NaturalRandK(DecodeInto, FixedKSparse):
     FORMAT_ID = 10
     unbiased = True
     DENSE_DECODE = False        # the decoder writes only the k sampled entries
+    PLAIN_VALUES = False        # its values are encoded powers of two: no ``entries`` (EF's dense step)
 
     def omega(self, d: int) -> float:
         return 1.125 * (d / self.k - 1.0) + 0.125

@@ -369,6 +369,10 @@ class RandK(FixedKSparse):
         scatter_scaled(values, idx, d / self.k, out, False)
         return out
 
+    def _entries_at(self, d: int):
+        """No sparse entries with a shared seed (its indices are a work array of the decode)."""
+        return None if self.shared_seed else super()._entries_at(d)
+
     def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> np.ndarray | None:
         """out[idx] += weight·(d/k)·values; returns the indices (a fresh array) when they were sent,
         None with a shared seed (its indices are a work array, overwritten by the next decode)."""

@@ -34,6 +34,7 @@ import threading
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import wire
@@ -107,6 +108,24 @@ popcount64 = _int_intrinsic("ctpop", types.int64)
 """Set bits of the 64-bit pattern of an integer."""
 bitreverse64 = _int_intrinsic("bitreverse", types.uint64)
 """The 64-bit pattern of an integer in reverse bit order (uint64)."""
+
+
+@intrinsic
+def prefetch(typingctx, arr, i):
+    """Ask for the cache line of arr[i] (``llvm.prefetch``: a read, into all cache levels); a hint,
+    no fault for any i. For gathers and scatters at known indices, issued some entries ahead."""
+    if not (isinstance(arr, types.Array) and isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        ptr = builder.gep(ary.data, [context.cast(builder, args[1], sig.args[1], types.intp)])
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.none(arr, i), codegen
 
 
 @njit(cache=True)
