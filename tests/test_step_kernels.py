@@ -126,3 +126,23 @@ def test_sparse_step_has_the_bits_of_decode_into_m_then_step(block):
     sparse_step(x, np.concatenate(idxs), np.concatenate(vals), starts, blk)
     assert np.array_equal(x.view(np.uint64), want.view(np.uint64))
     assert not blk.any() and not np.signbit(blk).any()
+
+
+@pytest.mark.parametrize("spec,d", [("topk:k=40", 300), ("topk:k=1024", 2**16), ("topk:k=700,fp64=true", 2**16)])
+def test_own_add_has_the_bits_of_decoding_the_own_payload(spec, d):
+    """Prepared.add_own (EF's worker_sent): top-k adds its own payload from the entries its encoder
+    kept — the bits of decoding the payload (``add``), for the payload encoded last; an older
+    payload of the same codec (reduce-scatter encodes several before adding) is decoded."""
+    from hpcgc import compressors
+    codec = compressors.make(spec).prepared(d)
+    g = np.random.default_rng(d)
+    e0 = g.standard_normal(d) * 10.0 ** g.uniform(-3, 3, d)
+    p_old = codec.encode(g.standard_normal(d), g)
+    p = codec.encode(e0, g)
+    for payload in (p, p_old):
+        want, got = e0.copy(), e0.copy()
+        codec.add(payload, want, -0.75)
+        touched = codec.add_own(payload, got, -0.75)
+        assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
+        assert np.array_equal(touched, codec.entries(payload, 1.0)[0])
+    assert codec.own is not None

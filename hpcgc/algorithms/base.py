@@ -277,7 +277,7 @@ class Algorithm:
         """Compress ``worker_message`` into the payload bytes, then ``worker_sent`` with it decoded."""
         codec = self.codecs[state.i]
         payload = codec.encode(self.worker_message(state), rng)
-        add = codec.add
+        add = codec.add_own
         self.worker_sent(state, lambda out, a: add(payload, out, a))
         return payload
 

@@ -245,6 +245,14 @@ class Prepared(NamedTuple):
     entries: Callable | None = None   # (payload, weight) -> (indices, weight·values): a sparse message's
                             # decoded entries, not added anywhere (increasing int64 indices, the float64
                             # products add would add); None when the format has no such form
+    own: Callable | None = None       # add for the payload encode returned last, from what the encoder
+                            # kept (no decode); None: none kept (see add_own)
+
+    def add_own(self, payload, out, weight):
+        """``add`` of the worker's own payload, just encoded (``worker_sent``): from the encoder's own
+        indices and wire values where the compressor keeps them (top-k: the same values, not decoded
+        again), else — or for any other payload — ``add``."""
+        return (self.own or self.add)(payload, out, weight)
 
 
 class Compressor(ABC):
@@ -464,11 +472,16 @@ class Compressor(ABC):
         (header, length, fields) are still checked on every ``add``: they came over the network."""
         self.validate(d)
         enc, add = self._codec_at(d)
-        return Prepared(lambda x, rng: enc(x, draw_seed(rng)), add, self._entries_at(d))
+        return Prepared(lambda x, rng: enc(x, draw_seed(rng)), add, self._entries_at(d), self._own_at(d, add))
 
     def _entries_at(self, d: int) -> Callable | None:
         """Hook of :meth:`prepared`: its ``entries`` callable at dimension d (a sparse format's
         decoded entries, for a step that merges several messages: EF), or None (the default)."""
+        return None
+
+    def _own_at(self, d: int, add: Callable) -> Callable | None:
+        """Hook of :meth:`prepared`: its ``own`` callable at dimension d (``add`` of the payload the
+        last encode returned, without decoding it; ``add`` for any other payload), or None (the default)."""
         return None
 
     def _codec_at(self, d: int) -> tuple:
@@ -485,7 +498,8 @@ class Compressor(ABC):
         """Copies (``copy.copy``: the smoothness-aware compressors' bound variants) and pickles leave
         out the bound callables of :meth:`_codec_at`: they close over *this* instance."""
         state = dict(self.__dict__)
-        state.pop("_codecs_at", None)
+        for key in ("_codecs_at", "_kept", "_kept_idx"):     # _kept*: top-k's last payload's entries
+            state.pop(key, None)
         return state
 
     def _make_codec(self, d: int) -> tuple:

@@ -7,10 +7,10 @@ most the mean square), so δ = k/d (`spec/compressors.md` Part C; flpytorch ``ma
 NeurIPS 2018). Biased: use it with error feedback.
 
 Selection is O(d), not a sort, and usually one pass over x (:func:`topk_sampled`): the order
-statistics of m = 32768 strided entries give, with high probability, a magnitude lo just below the
+statistics of m = 8192 strided entries give, with high probability, a magnitude lo just below the
 k-th largest (and hi just above it); one pass (:func:`~.kernels.sparse.select_at_least`, vectorised
 compares of the IEEE-754 bit patterns of |x_j|, which order like the magnitudes) collects the
-≈ 1.2k entries ≥ lo in index order and checks NaN/±Inf; a radix select among those in [lo, hi]
+≈ 1.4k entries ≥ lo (at k/d = 1/64) in index order and checks NaN/±Inf; a radix select among those in [lo, hi]
 finds the exact k-th largest T; the result is every candidate > T and the first (k − #{> T})
 entries = T (ties to the lowest indices), already sorted. Exact whatever the sample: when fewer
 than k entries reach lo, or far more than expected (heavy ties), the two-pass radix select
@@ -36,6 +36,7 @@ from .kernels.sparse import (
     bit_length,
     cast_finite,
     float_bits,
+    scatter_scaled,
     scratch,
     select_at_least,
 )
@@ -221,8 +222,10 @@ def take_top(cidx, cbits, mask, T, ties, idx, bits):
     return n
 
 
-_SAMPLE = 32768
-"""Sample size of the threshold estimate (evenly strided entries of x)."""
+_SAMPLE = 8192
+"""Sample size of the threshold estimate (evenly strided entries of x). The result does not depend
+on it; 32768 until 2026-11-27: gathering its cache lines and partitioning them cost about as much
+as the selection pass over x at d = 2²⁰, for ≈ 1.2k candidates instead of ≈ 1.4k."""
 _SAMPLE_MIN_D = 1 << 16
 """Below this d (or for k > d/8) top-k uses the two-pass radix select directly."""
 
@@ -231,10 +234,10 @@ def topk_sampled(x: np.ndarray, k: int):
     """Top-k by a sampled threshold: (idx, keys, status) or None when the estimate fails; idx and
     keys are work arrays (:func:`~.kernels.sparse.scratch`), valid until the next call in this thread.
 
-    With q = k/d and m = 32768 strided entries, the (qm + 4√(qm) + 4)-th largest sampled
+    With q = k/d and m = 8192 strided entries, the (qm + 4√(qm) + 4)-th largest sampled
     magnitude lo is, with high probability, below the k-th largest of x but not far below, and
     the (qm − 4√(qm) − 4)-th largest hi above it. One pass (:func:`~.kernels.sparse.select_at_least`)
-    collects every entry ≥ lo — about 1.2 k candidates; NaN/Inf are detected on the way
+    collects every entry ≥ lo — about 1.4 k candidates at q = 1/64; NaN/Inf are detected on the way
     (status 1) — then the exact k-th largest T (radix select among the candidates in [lo, hi],
     :func:`rank_among_candidates`) decides: entries > T and the first ties = T, in index order.
     The result is exact whatever the sample; if fewer than k entries reach lo, or many more than
@@ -306,6 +309,25 @@ class TopK(FixedKSparse):
                 raise self._nonfinite_error(x)
             vals = bits.view(x.dtype)
         payload, voff, vbytes = self._new_sparse_payload(idx, d)
-        if not cast_finite(vals, payload[voff:voff + vbytes].view(self._dtype())):
+        wire_vals = payload[voff:voff + vbytes].view(self._dtype())
+        if not cast_finite(vals, wire_vals):
             raise self._nonfinite_error(x, "value range (float32)")
+        kept = self.__dict__.get("_kept_idx")
+        if kept is None or kept.shape[0] != idx.shape[0]:
+            kept = self._kept_idx = np.empty(idx.shape[0], dtype=np.int64)
+        kept[:] = idx                          # idx may be a work array the next call overwrites
+        self._kept = (payload, kept, wire_vals)
         return payload
+
+    def _own_at(self, d: int, add):
+        """The payload's indices and wire values as ``_compress`` wrote them, kept (the indices
+        copied: they may be a work array): ``decompress_add`` would decode exactly these — the
+        same entries, the same products weight·value — so the worker's own message is added
+        without decoding its Elias stream again."""
+        def own(payload, out, weight):
+            kept = self.__dict__.get("_kept")
+            if kept is None or kept[0] is not payload:
+                return add(payload, out, weight)
+            scatter_scaled(kept[2], kept[1], weight, out, True)
+            return kept[1]
+        return own
