@@ -22,8 +22,9 @@ cache and the first touch of the buffers cancel out):
     valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p python scripts/phase-kernels.py grad-dcgd --repeat 5
     callgrind_annotate /tmp/cg.<pid> | head        # "PROGRAM TOTALS"
 
-Each call is also timed (``time.perf_counter``, median) and printed with the bytes of
-:mod:`hpcgc.traffic`'s model for the phase.
+Each call is timed (``time.perf_counter``, median). With ``--evict`` a 64 MiB buffer is read before
+each call (untimed), so the phase's vectors come from memory as in a run, where the gradient and the
+other rank evict them between steps (the server step's x, the compress phase's e).
 """
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--rows", type=int, default=4000)
     ap.add_argument("--d", type=int, default=2**20)
+    ap.add_argument("--evict", action="store_true",
+                    help="read a 64 MiB buffer before each call (untimed): the phase's vectors come from "
+                         "memory, as in a run, where the other phases evict them")
     a = ap.parse_args()
 
     from hpcgc import algorithms, compressors
@@ -111,6 +115,13 @@ def main() -> None:
 
         def call():
             alg.server_step(ss, list(enumerate(pays)))
+    if a.evict:
+        big = np.ones(8 << 20)
+        prepare = refill
+
+        def refill():
+            prepare()
+            big.sum()
     refill()                     # untimed, before every call: the state the phase starts from
     call()                       # one untimed call in every run, --repeat 0 too: kernel loads, first touches
     times = []
@@ -120,7 +131,7 @@ def main() -> None:
         call()
         times.append(time.perf_counter() - t0)
     if times:
-        print(f"{a.phase}: {a.repeat} calls, median {1e3 * float(np.median(times)):.3f} ms "
+        print(f"{a.phase}{' (evicted)' if a.evict else ''}: {a.repeat} calls, median {1e3 * float(np.median(times)):.3f} ms "
               f"(d = {d}, {a.rows} rows, {obj.A.nnz} nonzeros)")
 
 

@@ -110,7 +110,7 @@ def test_sparse_step_has_the_bits_of_decode_into_m_then_step(block):
     messages, messages cancelling to ±0 and signed zeros in x; the block is +0.0 again after."""
     from hpcgc.algorithms.kernels import sparse_step
     g = np.random.default_rng(block)
-    d, n = 203, 3
+    d = 203
     x = g.standard_normal(d)
     x[:4] = [0.0, -0.0, -0.0, 0.0]
     idxs = [np.sort(g.choice(d, size=s, replace=False)).astype(np.int64) for s in (60, 150, 1)]
