@@ -41,6 +41,7 @@ from ..losses import ACCUMULATE
 from ..problems import local_grad
 from .base import LEARNING_RATE, NO_CONSTANT, SMOOTH, STRONGLY_CONVEX, Algorithm
 from .kernels import sparse_step
+from .kernels import warm as warm_step
 
 PLAN_D = 2**20
 """A dimension to ask a compressor at plan time whether it has a contraction δ at all (before the
@@ -159,6 +160,7 @@ class EF(ErrorFeedback):
     """EF14 / EF-SGD: compress γ·g_i plus the memory of what was not sent."""
 
     name = "ef"
+    kernels = (warm_step,)             # sparse_step loaded before the timed loop
     steps_in_place = True              # server_step / server_reduced: state.x -= …, return state.x
     collectives = ("gather", "allreduce", "allgather", "reduce-scatter")
 
