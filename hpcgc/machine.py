@@ -14,7 +14,8 @@ the machine was busy (pyperf's ``WARNING: ...`` lines; Stinner, pyperf ``system 
   they plus our ranks on this host wanted more cores than there are;
 * we competed with ourselves: more of our ranks on this host than cores (oversubscribed).
 
-No MPI here: the caller sums its ranks' CPU times through the transport (``hpcgc.transport``).
+No MPI here: the caller sums its ranks' CPU times through the transport (``hpcgc.transport``), and
+:func:`crowding` counts our ranks per host through it (``run.wait = "auto"``: :func:`wait_mode`).
 ``snapshot()`` is public: ``docs/data/`` files record it too.
 """
 from __future__ import annotations
@@ -53,6 +54,43 @@ def cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def cpu_ids() -> frozenset:
+    """The CPUs this process may run on (its affinity mask; else all of the machine's)."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return frozenset(range(os.cpu_count() or 1))
+
+
+def crowding(transport) -> tuple[int, int]:
+    """The job's most crowded host (the most ranks per CPU): (our ranks on it, the CPUs they may run
+    on — the union of their affinity masks, so ranks pinned to distinct cores are not crowded and
+    ranks pinned to one core are). Hosts are :func:`machine_id`'s (an emulated cluster's nodes share
+    one kernel, and its cores). Collective (one gather and one broadcast through the transport, the
+    first time; then cached on it); the same value on every rank."""
+    got = getattr(transport, "_crowding", None)
+    if got is None:
+        rows = transport.gather_object((machine_id(), sorted(cpu_ids())))
+        if transport.is_root:
+            hosts: dict = {}
+            for host, cpus in rows:
+                n, union = hosts.get(host, (0, set()))
+                hosts[host] = (n + 1, union | set(cpus))
+            got = max(((n, len(union)) for n, union in hosts.values()), key=lambda h: h[0] / max(h[1], 1))
+        got = transport._crowding = tuple(transport.bcast_object(got))
+    return got
+
+
+def wait_mode(setting: str, transport) -> str:
+    """``run.wait`` resolved: ``"spin"`` or ``"yield"``; ``"auto"`` is ``"yield"`` when the most
+    crowded host (:func:`crowding`) runs more of our ranks than its CPUs, else ``"spin"``.
+    Collective for ``"auto"`` (every rank of a run has the same setting)."""
+    if setting != "auto":
+        return setting
+    ranks, cpus = crowding(transport)
+    return "yield" if ranks > cpus else "spin"
 
 
 def own_cpu_seconds() -> float:

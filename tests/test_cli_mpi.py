@@ -177,6 +177,7 @@ BAD = [
     (["--set", "run.repeats=0"], "run.repeats: must be between 1 and 100, got 0"),
     (["--set", "run.repeats=1000"], "run.repeats: must be between 1 and 100, got 1000"),
     (["--set", "sweep.run.repeats=[1, 3]"], "cannot set run.repeats: it applies to the whole experiment"),
+    (["--set", "run.wait=sleep"], "run.wait: must be one of auto, spin, yield; got 'sleep'"),
 ]
 
 

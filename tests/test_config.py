@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from hpcgc import config
@@ -61,6 +63,25 @@ def test_set_overrides_and_wins_over_sweep():
 def test_bad_values_name_the_key(item, needle):
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
         config.apply_overrides(config.default_experiment(), [item])
+
+
+def test_run_wait_takes_three_values_and_names_them_when_wrong(tmp_path):
+    """run.wait: "auto" by default, "spin" or "yield"; anything else is one ConfigError naming the key,
+    the choices and the value — from --set, from a file and as a sweep value."""
+    cfg = config.default_experiment()
+    assert cfg["run"]["wait"] == "auto"
+    for ok in ("spin", "yield", "auto"):
+        config.apply_overrides(cfg, [f"run.wait={ok}"])
+        assert cfg["run"]["wait"] == ok
+    msg = "run.wait: must be one of auto, spin, yield; got 'sleep'"
+    with pytest.raises(ConfigError, match=re.escape(msg)):
+        config.apply_overrides(config.default_experiment(), ["run.wait=sleep"])
+    f = tmp_path / "e.toml"
+    f.write_text('[run]\nwait = "sleep"\n')
+    with pytest.raises(ConfigError, match=re.escape(msg)):
+        config.load_file(str(f))
+    with pytest.raises(ConfigError, match="run.wait"):
+        config.expand(config.apply_overrides(config.default_experiment(), ['sweep.wait=["spin", "poll"]']))
 
 
 def test_unknown_section_and_key_in_file(tmp_path):

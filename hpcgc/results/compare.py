@@ -26,6 +26,8 @@ TIMING: tuple[str, ...] = (
     "runs/*@setup_seconds", "runs/*@checkpoint_seconds",
     "runs/*@floor_seconds", "runs/*@floor_ratio", "runs/*@floor_kernels_seconds", "runs/*@floor_ratio_kernels",
     "runs/*@wall_seconds", "runs/*@*_seconds",
+    # how the waiting ranks waited (run.wait resolved: spin or yield; "auto" depends on the host's cores)
+    "runs/*@wait_mode",
     # provenance of the invocation: when, where, by which code and library versions, how loaded
     "@created", "@command_line", "@git_commit", "@git_dirty", "@hostnames", "@hpcgc_version",
     "@*_version", "@slurm_*", "@resumed*", "@machine*", "@noise*", "@load*", "@cpu*",

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import algorithms, allocation, compressors, config, exchange
+from .. import algorithms, allocation, compressors, config, exchange, machine
 from ..errors import ConfigError, UserError
 from ..exchange import downlink
 from ..exchange.base import CONTINUE
@@ -308,6 +308,10 @@ class Run:
             ex = exchange.Hierarchical(ex_cls, self.nodes, alg, me, x, self._encode_rng(),
                                        downlink=self.downlink, downlink_rng=self.down_rng)
         ex.split = r["wait_phases"]
+        self.wait_mode = machine.wait_mode(r["wait"], t)   # run.wait: how the waiting ranks wait (collective)
+        t.yielding = self.wait_mode == "yield"
+        if self.nodes is not None and self.nodes.leaders is not None:
+            self.nodes.leaders.yielding = t.yielding
         self.ex = ex
         x = ex.x                                       # the exchange's own buffer (gather: the broadcast's)
         ss = alg.server_init(x) if ex.holds_server else None
@@ -513,7 +517,7 @@ class Run:
              "stop_measure": "f - f*" if s.opt else "grad_norm_sq / grad_norm_sq[0]",
              "reference": s.reference,
              "evaluation": ("reduction over the shards" if s.reference == "none" else "rank 0, whole data set"),
-             "downlink": downlink.DENSE, "overlap_buckets": self.overlap_buckets}
+             "downlink": downlink.DENSE, "overlap_buckets": self.overlap_buckets, "wait_mode": self.wait_mode}
         if self.nodes is not None:       # flat runs have none of these (files read them back as "flat")
             a.update({"topology": "hierarchical", "nodes": self.nodes.count,
                       "ranks_per_node": self.nodes.ranks_per_node.astype(np.int64),

@@ -4,7 +4,6 @@ received byte ledgers, the error agreement), the ledger and phase constants, the
 from __future__ import annotations
 
 import sys
-import time
 import traceback
 
 import numpy as np
@@ -12,6 +11,7 @@ from mpi4py import MPI
 
 from ..errors import UserError
 from .reductions import reduction
+from .waiting import YIELD_POLL, sleep_until
 
 ROOT = 0
 LENGTH_BYTES = 4  # one int32 length announcement per rank and iteration
@@ -64,6 +64,15 @@ class Transport:
         self._a2a_rdispls = np.zeros(self.size, dtype=np.int64)
         self._a2a_buf = np.zeros(1 << 16, dtype=np.uint8)
         self._pending = []                                       # run.overlap: the started non-blocking requests
+        self.yielding = False
+        """``run.wait = "yield"`` (set by the run, alike on every rank): the collectives in which a rank
+        waits for another rank's computation — the payload lengths' Gather / Allgather / Alltoall,
+        the downlink's Bcasts, the barrier before an Allreduce round, the overlapped requests' wait
+        and the fixed slots' Gather / Allgather (``run.overlap``), the evaluation's control Bcast —
+        start in their non-blocking form and complete in :meth:`idle` (test, sleep) instead of
+        spinning; the same bytes in the same buffers. The payloads' Gatherv / Allgatherv /
+        Alltoallv and every Allreduce (a reduction whose order a non-blocking algorithm could
+        change) stay blocking."""
         self.reset_ledger()
 
     # -- ledger ---------------------------------------------------------------------------------
@@ -81,6 +90,10 @@ class Transport:
         self.ledger[:] = 0.0
         self.received[:] = 0.0
         self.intra[:] = 0.0
+
+    def idle(self, req) -> None:
+        """Complete a started collective the yielding way (:func:`sleep_until` with ``YIELD_POLL``)."""
+        sleep_until(req, *YIELD_POLL)
 
     @property
     def up_bytes(self) -> int:
@@ -115,7 +128,10 @@ class Transport:
         sender" time (``wait_up``; the 4 bytes themselves cost one latency). Returns the payload as
         :meth:`gatherv` sends it."""
         payload = self._lengths(payload)
-        self.comm.Gather(self._len, self._counts if self.is_root else None, root=ROOT)
+        if self.yielding:
+            self.idle(self.comm.Igather(self._len, self._counts if self.is_root else None, root=ROOT))
+        else:
+            self.comm.Gather(self._len, self._counts if self.is_root else None, root=ROOT)
         self.ledger[_GATHER] += LENGTH_BYTES
         if self.is_root:
             self.received[_GATHER] += LENGTH_BYTES * (self.size - 1)
@@ -146,7 +162,10 @@ class Transport:
         """First half of :meth:`allgather_payloads`: ``Allgather`` of the payload lengths, where
         every rank waits for the last one to arrive (``wait_up``)."""
         payload = self._lengths(payload)
-        self.comm.Allgather(self._len, self._counts)
+        if self.yielding:
+            self.idle(self.comm.Iallgather(self._len, self._counts))
+        else:
+            self.comm.Allgather(self._len, self._counts)
         self.ledger[_ALLGATHER] += LENGTH_BYTES
         self.received[_ALLGATHER] += LENGTH_BYTES * (self.size - 1)
         return payload
@@ -163,7 +182,10 @@ class Transport:
             self._ann, self._ann_all = np.zeros((1, k)), np.zeros((self.size, k))
         self._ann[0, 0] = payload.nbytes
         self._ann[0, 1:] = info
-        self.comm.Allgather(self._ann, self._ann_all)
+        if self.yielding:
+            self.idle(self.comm.Iallgather(self._ann, self._ann_all))
+        else:
+            self.comm.Allgather(self._ann, self._ann_all)
         self._counts[:] = self._ann_all[:, 0]
         self.ledger[_ALLGATHER] += self._ann.nbytes
         self.received[_ALLGATHER] += self._ann.nbytes * (self.size - 1)
@@ -209,7 +231,10 @@ class Transport:
         rank r's slot at r·slot.size): the blocking form of :meth:`iallgather_slots` (``run.overlap``
         under ``allgather``, ``run.overlap_blocking``). No announcement: every rank knows the size.
         Ledger ``Allgather``: the slot sent, the others' slots received."""
-        self.comm.Allgather([slot, MPI.BYTE], [out, MPI.BYTE])
+        if self.yielding:
+            self.idle(self.comm.Iallgather([slot, MPI.BYTE], [out, MPI.BYTE]))
+        else:
+            self.comm.Allgather([slot, MPI.BYTE], [out, MPI.BYTE])
         self.ledger[_ALLGATHER] += slot.nbytes
         self.received[_ALLGATHER] += slot.nbytes * (self.size - 1)
         return out
@@ -227,7 +252,11 @@ class Transport:
         bytes; None elsewhere): the parameter server's form of :meth:`allgather_slots` (``run.overlap``
         under ``gather`` with ``run.overlap_blocking``). Ledger ``Gather``: the slot sent; rank 0 also
         counts the others' slots received."""
-        self.comm.Gather([slot, MPI.BYTE], [out, MPI.BYTE] if self.is_root else None, root=ROOT)
+        recv = [out, MPI.BYTE] if self.is_root else None
+        if self.yielding:
+            self.idle(self.comm.Igather([slot, MPI.BYTE], recv, root=ROOT))
+        else:
+            self.comm.Gather([slot, MPI.BYTE], recv, root=ROOT)
         self.ledger[_GATHER] += slot.nbytes
         if self.is_root:
             self.received[_GATHER] += slot.nbytes * (self.size - 1)
@@ -248,9 +277,13 @@ class Transport:
         return bool(MPI.Request.Testall(self._pending)) if self._pending else True
 
     def wait_pending(self) -> None:
-        """``MPI_Waitall`` on the pending requests; afterwards none is pending."""
+        """``MPI_Waitall`` on the pending requests (yielding: :meth:`idle` on them); afterwards none
+        is pending."""
         if self._pending:
-            MPI.Request.Waitall(self._pending)
+            if self.yielding:
+                self.idle(self._pending)
+            else:
+                MPI.Request.Waitall(self._pending)
             self._pending.clear()
 
     def alltoall_lengths(self, counts: np.ndarray) -> np.ndarray:
@@ -259,7 +292,10 @@ class Transport:
         on the wire). Every rank waits here for the last sender (``wait_up``). Returns the int32
         byte counts this rank will receive from each rank."""
         self._a2a_send[:] = counts
-        self.comm.Alltoall(self._a2a_send, self._a2a_recv)
+        if self.yielding:
+            self.idle(self.comm.Ialltoall(self._a2a_send, self._a2a_recv))
+        else:
+            self.comm.Alltoall(self._a2a_send, self._a2a_recv)
         self.ledger[_ALLTOALL] += LENGTH_BYTES * (self.size - 1)
         self.received[_ALLTOALL] += LENGTH_BYTES * (self.size - 1)
         return self._a2a_recv
@@ -287,7 +323,7 @@ class Transport:
 
     def bcast(self, buf: np.ndarray):
         """Broadcast ``buf`` (a contiguous numpy array) from rank 0, in place."""
-        self.comm.Bcast(buf, root=ROOT)
+        self._bcast(buf)
         if self.is_root:
             self.ledger[_BCAST] += buf.nbytes
         else:
@@ -302,7 +338,7 @@ class Transport:
         if self.is_root:
             payload = self._lengths(payload)
             self._down_head[0], self._down_head[1] = payload.nbytes, control
-        self.comm.Bcast(self._down_head, root=ROOT)
+        self._bcast(self._down_head)
         if self.is_root:
             self.ledger[_BCAST] += self._down_head.nbytes
         else:
@@ -318,25 +354,36 @@ class Transport:
                 self._down = np.zeros(max(n, 2 * self._down.size), dtype=np.uint8)
             payload = self._down[:n]
         if n:
-            self.comm.Bcast(payload, root=ROOT)
+            self._bcast(payload)
             if self.is_root:
                 self.ledger[_BCAST] += n
             else:
                 self.received[_BCAST] += n
         return payload
 
+    def _bcast(self, buf) -> None:
+        if self.yielding:
+            self.idle(self.comm.Ibcast(buf, root=ROOT))
+        else:
+            self.comm.Bcast(buf, root=ROOT)
+
     def sync(self):
         """Wait until every rank has arrived (``MPI_Barrier``): issued before each Allreduce round
         when the run separates idle time (``wait_up``) from transfer (``comm_up``) — an Allreduce has
         no announcement of its own to wait in (``gather`` and ``allgather`` wait in the lengths'
-        collective, :meth:`gather_lengths`). No bytes: not in the ledger."""
-        self.comm.Barrier()
+        collective, :meth:`gather_lengths`). No bytes: not in the ledger. Yielding: ``MPI_Ibarrier``
+        and :meth:`idle`."""
+        if self.yielding:
+            self.idle(self.comm.Ibarrier())
+        else:
+            self.comm.Barrier()
 
     # -- measurement traffic: not part of the algorithm, not in the ledger ------------------------
     def bcast_control(self, buf: np.ndarray):
         """Broadcast a decision taken at an evaluation point (stop / continue). Measurement
-        infrastructure, like the timer gathers: excluded from the bit ledger and the phase timers."""
-        self.comm.Bcast(buf, root=ROOT)
+        infrastructure, like the timer gathers: excluded from the bit ledger and the phase timers.
+        Yielding: the other ranks sleep while rank 0 evaluates."""
+        self._bcast(buf)
 
     def allreduce_sum_measure(self, vec: np.ndarray) -> np.ndarray:
         """Sum a contiguous float64 buffer over all ranks, in place, for an evaluation (the loss and
@@ -361,11 +408,7 @@ class Transport:
         costs few wake-ups (each is ~10 µs of CPU; at -n 32, 31 waiters polling every 1 ms took
         ~0.4 of a core from rank 0: ``docs/performance.md``).
         """
-        req = self.comm.Ibarrier()
-        poll = first_poll
-        while not req.Test():
-            time.sleep(poll)
-            poll = min(2.0 * poll, max_poll)
+        sleep_until(self.comm.Ibarrier(), first_poll, max_poll)
 
     def gather_rows(self, row: np.ndarray):
         """Gather one equally-shaped float64 row per rank to rank 0 → (size, len) array or None."""
