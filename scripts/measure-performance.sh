@@ -5,11 +5,14 @@
 # list of commands as docs/performance.md states them, without the interleaving with a previous
 # commit — run this script from two checkouts alternately for that.)
 #
-#   bash scripts/measure-performance.sh [TARGET...]     # targets: 2 2-a9a 4 5 6 7 traffic n32 allreduce-emu
+#   bash scripts/measure-performance.sh [TARGET...]     # targets: 2 2-a9a 4 5 6 7 traffic n32 n32-wait allreduce-emu
 #                                                       # (default: 2 2-a9a 4 5 6)
 #   NP=32 bash scripts/measure-performance.sh 5         # start-up at -n NP (default 32)
 #   CHECKOUTS="/path/to/before ." bash scripts/measure-performance.sh 5   # interleaved with another checkout
 #   GRID="0 2 7 4" ITERS=40 bash scripts/measure-performance.sh traffic   # issue 31 target 1
+#   NP=32 ROUNDS=3 ITERS=2000 bash scripts/measure-performance.sh n32-wait   # issue 31 target 3: run.wait
+#       = spin and yield alternately (ROUNDS rounds of the n32 command with --set run.wait=...), then
+#       scripts/wait-ab.py on the files (CSV=path: also the documented table's cells)
 #   AUTHORS=/tmp/Paper_9107_code bash scripts/measure-performance.sh 7
 #   ROUNDS=3 ITERS=60 CALLS=100 bash scripts/measure-performance.sh allreduce-emu   # issue 31 target 2 (as root)
 #       an emulated 4-node 1 Gb/s cluster of its own (hpcgc-bare-<pid>, removed again also on failure);
@@ -94,6 +97,20 @@ for t in "${targets[@]}"; do
       say "issue 31 target 3: the default experiment at -n ${NP:-32} (median iteration / collectives, / collectives + kernels)"
       "$MPIEXEC" -n "${NP:-32}" "$PY" -m hpcgc.bench floor --config jobs/experiments/default.toml \
         --set run.iterations="${ITERS:-2000}" --set run.tolerance=0 -q -o "$out/n32.h5" --overwrite ;;
+    n32-wait)
+      np_=${NP:-32} rounds=${ROUNDS:-3} files=()
+      say "issue 31 target 3: the default experiment at -n $np_, run.wait = spin and yield alternately, $rounds rounds (${ITERS:-2000} iterations)"
+      for i in $(seq "$rounds"); do
+        order=(spin yield); [ $((i % 2)) -eq 0 ] && order=(yield spin)    # alternate which goes first
+        for w in "${order[@]}"; do
+          echo "# round $i, run.wait = $w, load $(cut -d' ' -f1-3 /proc/loadavg)"
+          "$MPIEXEC" -n "$np_" "$PY" -m hpcgc.bench floor --config jobs/experiments/default.toml \
+            --set run.iterations="${ITERS:-2000}" --set run.tolerance=0 --set run.wait="$w" -q \
+            -o "$out/n32-wait-$w-$i.h5" --overwrite > /dev/null
+          files+=("$out/n32-wait-$w-$i.h5")
+        done
+      done
+      "$PY" scripts/wait-ab.py ${CSV:+--csv "$CSV"} "${files[@]}" ;;
     allreduce-emu)
       rounds=${ROUNDS:-3} iters=${ITERS:-60} calls=${CALLS:-100} rate=${RATE:-1gbit}
       name=hpcgc-bare-$$ dir="$out/allreduce-emu"
@@ -120,6 +137,6 @@ for t in "${targets[@]}"; do
       echo "# done — $(date -u +%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
       "$abs_py" scripts/allreduce-emu.py report "$dir" ${CSV:+--csv "$CSV"} \
         --note "${NOTE:-load $(cut -d' ' -f1-3 /proc/loadavg) after the rounds; ROUNDS=$rounds ITERS=$iters CALLS=$calls}" ;;
-    *) echo "unknown target $t (2 2-a9a 4 5 6 7 traffic n32 allreduce-emu)" >&2; exit 2 ;;
+    *) echo "unknown target $t (2 2-a9a 4 5 6 7 traffic n32 n32-wait allreduce-emu)" >&2; exit 2 ;;
   esac
 done

@@ -28,7 +28,10 @@ Also here: per-rank phase timers on ``MPI.Wtime`` and the error agreement that l
 exit cleanly (non-zero, no hang) when any rank hits a user error during set-up. The package's other
 modules are the transport too (the only code that calls MPI): :mod:`.reductions` (the MPI datatype and
 operation of each Allreduce wire type, incl. the user-defined bfloat16 SUM), :mod:`.timer` (the
-timed primitives of the ``collectives`` micro-benchmark and of ``bench floor``) and :mod:`.nodes`
+timed primitives of the ``collectives`` micro-benchmark and of ``bench floor``), :mod:`.waiting`
+(test-and-sleep completion of a started request: ``quiet_barrier`` and ``run.wait = "yield"``, in
+which the collectives where a rank waits for another's computation run in their non-blocking
+form, ``Transport.yielding``) and :mod:`.nodes`
 (:func:`split_by_node`: the node and node-leader communicators, ``MPI_Comm_split_type``; :class:`Nodes`:
 ``run.topology = "hierarchical"``'s node Reduce and Bcast, the leaders' transport, the test-only
 node assignment ``HPCGC_TEST_RANKS_PER_NODE``).
