@@ -10,7 +10,10 @@ step from an Allreduce's float32 sum, as ``hpcgc.exchange.allreduce`` hands it),
 payloads), ``compress-ef-topk`` (EF's worker message through ``topk:k=16384``: ``worker_encode`` =
 EF's ``worker_message`` → the codec's compress (selection, index encoding, values) → ``worker_sent``
 with the own payload decoded, e ← e − s·C(e); e is refilled with the same vector before each call,
-outside the timing). The calls go through the algorithms' and codecs' public methods, so the script measures
+outside the timing), ``compress-rs-qsgd`` (rank 0's compress phase of DIANA + ``qsgd:s=64`` under
+``reduce-scatter`` at n = 2, does-it-pay grid point 7: the exchange's stage-1 ``encode`` of the n
+segments with the own decode h ← h + α·C(Δ), then the owner's stage 2 — the re-compression of its
+segment's sum and the update of D; also timed apart). The calls go through the algorithms' and codecs' public methods, so the script measures
 any checkout it is run from (``PYTHONPATH=<checkout>``): the before/after figures compare two.
 
 Instruction counts: run it under ``valgrind --tool=callgrind`` with ``--repeat 0`` and with
@@ -37,7 +40,8 @@ import numpy as np
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("phase", choices=("grad-dcgd", "grad-diana", "grad-ef", "server-allreduce",
-                                      "compress-identity", "server-ef-topk", "compress-ef-topk"))
+                                      "compress-identity", "server-ef-topk", "compress-ef-topk",
+                                      "compress-rs-qsgd"))
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--rows", type=int, default=4000)
     ap.add_argument("--d", type=int, default=2**20)
@@ -56,11 +60,12 @@ def main() -> None:
     obj = Objective("logreg", ds.X, ds.y, np.full(a.rows, 1.0 / a.rows), 1e-3)
     info = {"L_max": 1.0, "L": 1.0, "mu": 1e-3, "kind": "logreg"}
     name = {"grad-dcgd": "dcgd", "grad-diana": "diana", "grad-ef": "ef", "server-allreduce": "dcgd",
-            "compress-identity": "dcgd", "server-ef-topk": "ef", "compress-ef-topk": "ef"}[a.phase]
+            "compress-identity": "dcgd", "server-ef-topk": "ef", "compress-ef-topk": "ef",
+            "compress-rs-qsgd": "diana"}[a.phase]
     spec = {"server-ef-topk": "topk:k=16384", "compress-ef-topk": "topk:k=16384", "grad-ef": "topk:k=16384",
-            "grad-diana": "qsgd:s=64"}.get(a.phase, "identity")
+            "grad-diana": "qsgd:s=64", "compress-rs-qsgd": "qsgd:s=64,bucket=0"}.get(a.phase, "identity")
     comp = compressors.make(spec)
-    coll = "allreduce" if spec == "identity" else "allgather"
+    coll = "allreduce" if spec == "identity" else "reduce-scatter" if a.phase == "compress-rs-qsgd" else "allgather"
     alg = algorithms.make(name, [comp, comp], d=d, n_workers=2, weights=np.full(2, 0.5), problem_info=info,
                           options={"collective": coll})
     rng = np.random.default_rng(0)
@@ -108,6 +113,8 @@ def main() -> None:
 
         def refill():
             ws.e[:] = e0
+    elif a.phase == "compress-rs-qsgd":
+        call, parts = rs_compress(alg, ws, d, rng)
     else:
         codec = comp.prepared(d)
         pays = [codec.encode(rng.standard_normal(d), rng) for _ in range(2)]
@@ -133,6 +140,45 @@ def main() -> None:
     if times:
         print(f"{a.phase}{' (evicted)' if a.evict else ''}: {a.repeat} calls, median {1e3 * float(np.median(times)):.3f} ms "
               f"(d = {d}, {a.rows} rows, {obj.A.nnz} nonzeros)")
+        if a.phase == "compress-rs-qsgd":
+            print("  " + ", ".join(f"{k} {1e3 * float(np.median(v[1:])):.3f} ms" for k, v in parts.items()))
+
+
+def rs_compress(alg, ws, d, rng):
+    """(call, parts) of ``compress-rs-qsgd``: the reduce-scatter exchange of rank 0 of 2, built on a
+    stand-in for the transport (nothing here calls MPI: ``encode`` and the stage 2 are local), and
+    a fixed segment sum S (the decoded sum of two stage-1 pieces) for its stage 2. ``parts``
+    collects the two halves' times per call."""
+    from types import SimpleNamespace
+
+    from hpcgc.exchange.reduce_scatter import ReduceScatter
+    place = SimpleNamespace(size=2, rank=0, is_root=True)
+    ex = ReduceScatter(place, alg, [0, 1], 0, np.zeros(d), np.random.default_rng(1))
+    ws.delta[:] = rng.standard_normal(d) * 1e-2
+    a, b = ex.bounds[0]
+    S = np.zeros(b - a)
+    for _ in range(2):
+        ex.codecs[0].add(ex.codecs[0].encode(rng.standard_normal(b - a) * 1e-2, rng), S, 0.5)
+    parts = {"stage 1": [], "stage 2": []}
+
+    def stage2_before():              # a checkout before ReduceScatter.recompress: its exchange's lines
+        mine = ex.codecs[0]
+        p2 = np.ascontiguousarray(mine.encode(S - ex.D, ex.rng))
+        ex._m[:] = 0.0
+        mine.add(p2, ex._m, ex.scale2)
+        ex.D += ex.alpha2 * (ex._m - S)
+        return p2, ex.comps[0].model_bits(p2, b - a)
+    stage2 = (lambda: ex.recompress(S)) if hasattr(ex, "recompress") else stage2_before
+
+    def call():
+        t0 = time.perf_counter()
+        ex.encode(ws)
+        t1 = time.perf_counter()
+        stage2()
+        t2 = time.perf_counter()
+        parts["stage 1"].append(t1 - t0)
+        parts["stage 2"].append(t2 - t1)
+    return call, parts
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from ..compressors import segments as seg
 from ..errors import ConfigError
 from ..transport import LENGTH_BYTES, wtime
 from .base import Exchange, mean_bytes
+from .kernels import second_stage_update
 
 
 class ReduceScatter(Exchange):
@@ -78,7 +79,8 @@ class ReduceScatter(Exchange):
         a, b = self.bounds[me]
         self.D = np.zeros(b - a)                        # replicated − exact aggregate state, own segment
         self._S = np.zeros(b - a)
-        self._m = np.zeros(b - a)
+        self._u = np.zeros(b - a)                       # S − D, stage 2's input
+        self._m = np.zeros(b - a)                       # s₂·C₂(S − D) decoded; zero between iterations
         self._agg = np.zeros(d)
         self._info = None
         self._sent = np.zeros(2)                        # this iteration's stage-1 bytes to others, model bits
@@ -120,14 +122,7 @@ class ReduceScatter(Exchange):
         for r in range(n):
             mine.add(buf[rd[r]:rd[r] + rc[r]], S, w[r])
         t3 = wtime()
-        u = S - self.D
-        p2 = np.ascontiguousarray(mine.encode(u, self.rng))
-        if self.alpha2 != 0.0:
-            self._m[:] = 0.0
-            mine.add(p2, self._m, self.scale2)
-            self.D += self.alpha2 * (self._m - S)
-        a, b = self.bounds[me]
-        model2 = (self._dense_comp if dense else self.comps[me]).model_bits(p2, b - a)
+        p2, model2 = self.recompress(S)
         t4 = wtime()
         self._info = t.allgather_announce(p2, (self._sent[0], self._sent[1] + model2)).copy()
         t5 = wtime()
@@ -144,6 +139,23 @@ class ReduceScatter(Exchange):
         wait_up, up = self._late_sender(t0, t1, t2)
         wait_down, down = self._late_sender(t4, t5, t6)
         return t4 - t3, wait_up, up, (t3 - t2) + (t7 - t6), wait_down, down
+
+    def recompress(self, S):
+        """Stage 2 on the owner of segment ``me`` (the caller summed its n stage-1 pieces into S):
+        the payload of C₂(S − D) and its model bits; with α₂ ≠ 0, D ← D + α₂·(s₂·C₂(S − D) − S)
+        (module doc). No MPI. S − D is written into a buffer of the exchange's, and the update of D
+        is one kernel pass (:func:`.kernels.second_stage_update`, which also re-zeroes the decoded
+        m) — the same bits as ``u = S - D`` … ``m[:] = 0; add; D += α₂·(m − S)``."""
+        me, dense = self.me, self._dense
+        mine = (self.dense if dense else self.codecs)[me]
+        u = self._u
+        np.subtract(S, self.D, out=u)
+        p2 = np.ascontiguousarray(mine.encode(u, self.rng))
+        if self.alpha2 != 0.0:
+            mine.add(p2, self._m, self.scale2)
+            second_stage_update(self.D, self._m, S, self.alpha2)
+        a, b = self.bounds[me]
+        return p2, (self._dense_comp if dense else self.comps[me]).model_bits(p2, b - a)
 
     def account(self, bits_model, bits_wire) -> float:
         """Rank 0: every worker's bits of this iteration, from the announced table: wire = its
