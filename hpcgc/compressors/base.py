@@ -247,6 +247,10 @@ class Prepared(NamedTuple):
                             # products add would add); None when the format has no such form
     own: Callable | None = None       # add for the payload encode returned last, from what the encoder
                             # kept (no decode); None: none kept (see add_own)
+    update: Callable | None = None    # (payload, D, S, alpha, weight): D += alpha * ((0 + weight *
+                            # decompress(payload)) - S) in one pass, without the decoded vector
+                            # (Compressor._fused_update; reduce-scatter's second stage,
+                            # ReduceScatter.recompress); None: not provided
 
     def add_own(self, payload, out, weight):
         """``add`` of the worker's own payload, just encoded (``worker_sent``): from the encoder's own
@@ -472,7 +476,8 @@ class Compressor(ABC):
         (header, length, fields) are still checked on every ``add``: they came over the network."""
         self.validate(d)
         enc, add = self._codec_at(d)
-        return Prepared(lambda x, rng: enc(x, draw_seed(rng)), add, self._entries_at(d), self._own_at(d, add))
+        return Prepared(lambda x, rng: enc(x, draw_seed(rng)), add, self._entries_at(d), self._own_at(d, add),
+                        self._fused_update(d))
 
     def _entries_at(self, d: int) -> Callable | None:
         """Hook of :meth:`prepared`: its ``entries`` callable at dimension d (a sparse format's
@@ -482,6 +487,12 @@ class Compressor(ABC):
     def _own_at(self, d: int, add: Callable) -> Callable | None:
         """Hook of :meth:`prepared`: its ``own`` callable at dimension d (``add`` of the payload the
         last encode returned, without decoding it; ``add`` for any other payload), or None (the default)."""
+        return None
+
+    def _fused_update(self, d: int) -> Callable | None:
+        """Hook of :meth:`prepared`: ``Prepared.update`` at dimension d — the same bits as
+        ``m = zeros; add(payload, m, weight); D += alpha * (m - S)`` from a decoder that never
+        writes the d-vector m (the reduce-scatter owner's update of its D). Default None."""
         return None
 
     def _codec_at(self, d: int) -> tuple:

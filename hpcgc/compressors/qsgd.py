@@ -183,6 +183,21 @@ class QSGD(BucketDither):
                 raise PayloadError(f"{self.name}: corrupted payload: quantization level above s={self.s}")
         return enc, add
 
+    def _fused_update(self, d: int):
+        """code=fixed, one bucket or buckets that tile :data:`UPDATE_CHUNK`: :func:`qsgd_decode_update`
+        (the payload is checked as by ``add``); else None."""
+        m, body, b = self._layout(d)
+        if self._elias or (b < d and UPDATE_CHUNK % b):
+            return None
+        add = self._codec_at(d)[1]
+        head, n, s, width, fp64 = self._header_array(d), wire.HEADER_BYTES + body, self.s, self._width, self._fp64
+        tmp = np.empty(min(UPDATE_CHUNK, d))
+
+        def update(payload, D, S, alpha, weight):
+            if qsgd_decode_update(payload, head, n, m, fp64, s, d, b, width, float(weight), D, S, float(alpha), tmp):
+                add(payload, np.zeros(d), weight)           # raises the message of the invalid payload
+        return update
+
     # code=elias: same levels (kernels.dither), Elias-coded (hpcgc.compressors.qsgd_elias)
     def model_bits(self, payload, d: int) -> int:
         if self._elias:
@@ -207,25 +222,26 @@ simd.register_row_values(FIELDS_KIND, _qsgd_row_values)
 
 BAD_NORM, BAD_LEVEL, BAD_HEADER = 1, 2, 3
 """What :func:`qsgd_checked_decode` returns for an invalid payload (0: decoded)."""
+UPDATE_CHUNK = 8 * wire.FIELD_BLOCK
+"""Entries decoded at a time by :func:`qsgd_decode_update` (64 KiB of float64: the chunk stays in
+the L1/L2 cache between its decode and its use)."""
 
 
 @njit(cache=True)
-def qsgd_checked_decode(src, head, length, m, fp64, s, d, bucket, width, out, weight, accumulate):
-    """Check and decode a fixed-width qsgd payload: it must be ``length`` bytes long and start with
-    the header bytes ``head`` (else BAD_HEADER: the caller names the mismatch); the m bucket norms
-    after the header (little-endian float32, or float64 with ``fp64``)
-    must be finite and ≥ 0 (else BAD_NORM), every level ≤ s (else BAD_LEVEL: the d fields that
-    follow the norms, each ``width`` bits, level << 1 | sign); only then are they decoded,
-    value = ±level·norm/s (:func:`.kernels.wire.blocked_decode`; ``accumulate``: out += weight·value)
-    and 0 returned — an invalid payload leaves ``out`` untouched. The norms are assembled from their
-    bytes (any alignment). FIELDS_KIND is a compile-time constant here, so the literal dispatch
-    costs nothing per call."""
+def qsgd_checked_units(src, head, length, m, fp64, s, d, width):
+    """(status, units, offset) of a fixed-width qsgd payload: it must be ``length`` bytes long and
+    start with the header bytes ``head`` (else BAD_HEADER: the caller names the mismatch); the m
+    bucket norms after the header (little-endian float32, or float64 with ``fp64``) must be finite
+    and ≥ 0 (else BAD_NORM), every level ≤ s (else BAD_LEVEL: the d fields that follow the norms,
+    each ``width`` bits, level << 1 | sign). With status 0: units = the norms / s (float64) and the
+    offset of the fields. The norms are assembled from their bytes (any alignment)."""
+    empty = np.zeros(0)
     if src.shape[0] != length:
-        return BAD_HEADER
+        return BAD_HEADER, empty, 0
     scale_offset = head.shape[0]
     for t in range(scale_offset):
         if src[t] != head[t]:
-            return BAD_HEADER
+            return BAD_HEADER, empty, 0
     nb = 8 if fp64 else 4
     raw = np.zeros(m, dtype=np.uint64)
     for l in range(m):
@@ -240,15 +256,53 @@ def qsgd_checked_decode(src, head, length, m, fp64, s, d, bucket, width, out, we
     for l in range(m):
         u = units[l]
         if not (np.isfinite(u) and u >= 0.0):
-            return BAD_NORM
+            return BAD_NORM, empty, 0
         units[l] = u / s
     offset = scale_offset + nb * m
     limit = 2 * s + 1
     if limit < (1 << width) - 1:                 # else every field value is a valid level
         if width == 1 or width == 2 or width == 4 or width == 8:
             if wire.swar_any_above(src, offset, (d * width + 7) // 8, width, limit):
-                return BAD_LEVEL
+                return BAD_LEVEL, empty, 0
         elif wire.fields_max(src, offset, d, width) > limit:
-            return BAD_LEVEL
+            return BAD_LEVEL, empty, 0
+    return 0, units, offset
+
+
+@njit(cache=True)
+def qsgd_checked_decode(src, head, length, m, fp64, s, d, bucket, width, out, weight, accumulate):
+    """Check a fixed-width qsgd payload (:func:`qsgd_checked_units`: its status returned when not
+    0) and only then decode it, value = ±level·norm/s (:func:`.kernels.wire.blocked_decode`;
+    ``accumulate``: out += weight·value) and return 0 — an invalid payload leaves ``out``
+    untouched. FIELDS_KIND is a compile-time constant here, so the literal dispatch costs nothing
+    per call."""
+    bad, units, offset = qsgd_checked_units(src, head, length, m, fp64, s, d, width)
+    if bad != 0:
+        return bad
     wire.blocked_decode(src, offset, d, bucket, units, 0, width, out, weight, accumulate, FIELDS_KIND)
+    return 0
+
+
+@njit(cache=True)
+def qsgd_decode_update(src, head, length, m, fp64, s, d, bucket, width, weight, D, S, alpha, tmp):
+    """D_i ← D_i + α·(m_i − S_i) with m = 0 + weight·(the decoded payload), without writing m: the
+    payload is checked (:func:`qsgd_checked_units`: its status returned, D untouched, when not 0),
+    then decoded ``tmp.shape[0]`` entries at a time (a multiple of FIELD_BLOCK: every chunk starts
+    a block of the field stream — and a bucket, when ``bucket`` < d: the caller checked that it
+    divides the chunk) into ``tmp``, zeroed and accumulated with ``weight`` — exactly m's values —
+    and used at once while in the cache. The same bits as ``m[:] = 0; decode into m with weight;
+    D += alpha * (m - S)``."""
+    bad, units, offset = qsgd_checked_units(src, head, length, m, fp64, s, d, width)
+    if bad != 0:
+        return bad
+    C = tmp.shape[0]
+    for c0 in range(0, d, C):
+        n = min(C, d - c0)
+        t = tmp[:n]
+        t[:] = 0.0
+        l0 = c0 // bucket if bucket < d else 0
+        wire.blocked_decode(src, offset + (c0 * width) // 8, n, bucket, units[l0:], 0, width, t, weight, True,
+                            FIELDS_KIND)
+        for i in range(n):
+            D[c0 + i] = D[c0 + i] + alpha * (t[i] - S[c0 + i])
     return 0

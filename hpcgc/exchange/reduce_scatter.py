@@ -143,17 +143,21 @@ class ReduceScatter(Exchange):
     def recompress(self, S):
         """Stage 2 on the owner of segment ``me`` (the caller summed its n stage-1 pieces into S):
         the payload of C₂(S − D) and its model bits; with α₂ ≠ 0, D ← D + α₂·(s₂·C₂(S − D) − S)
-        (module doc). No MPI. S − D is written into a buffer of the exchange's, and the update of D
-        is one kernel pass (:func:`.kernels.second_stage_update`, which also re-zeroes the decoded
-        m) — the same bits as ``u = S - D`` … ``m[:] = 0; add; D += α₂·(m − S)``."""
+        (module doc). No MPI. S − D is written into a buffer of the exchange's, and D is updated in
+        one pass: by the codec's fused decode where it has one (``Prepared.update``: qsgd), else
+        by a decode into m and :func:`.kernels.second_stage_update` (which also re-zeroes m) —
+        the same bits as ``u = S - D`` … ``m[:] = 0; add(p, m, s₂); D += α₂·(m − S)``."""
         me, dense = self.me, self._dense
         mine = (self.dense if dense else self.codecs)[me]
         u = self._u
         np.subtract(S, self.D, out=u)
         p2 = np.ascontiguousarray(mine.encode(u, self.rng))
         if self.alpha2 != 0.0:
-            mine.add(p2, self._m, self.scale2)
-            second_stage_update(self.D, self._m, S, self.alpha2)
+            if mine.update is not None:
+                mine.update(p2, self.D, S, self.alpha2, self.scale2)
+            else:
+                mine.add(p2, self._m, self.scale2)
+                second_stage_update(self.D, self._m, S, self.alpha2)
         a, b = self.bounds[me]
         return p2, (self._dense_comp if dense else self.comps[me]).model_bits(p2, b - a)
 
