@@ -222,9 +222,10 @@ simd.register_row_values(FIELDS_KIND, _qsgd_row_values)
 
 BAD_NORM, BAD_LEVEL, BAD_HEADER = 1, 2, 3
 """What :func:`qsgd_checked_decode` returns for an invalid payload (0: decoded)."""
-UPDATE_CHUNK = 8 * wire.FIELD_BLOCK
-"""Entries decoded at a time by :func:`qsgd_decode_update` (64 KiB of float64: the chunk stays in
-the L1/L2 cache between its decode and its use)."""
+UPDATE_CHUNK = 32 * wire.FIELD_BLOCK
+"""Entries decoded at a time by :func:`qsgd_decode_update` (256 KiB of float64: the chunk stays in
+the L2 cache between its decode and its use; 8–32 blocks measured alike, 1 block and the whole
+vector slower)."""
 
 
 @njit(cache=True)
@@ -303,6 +304,7 @@ def qsgd_decode_update(src, head, length, m, fp64, s, d, bucket, width, weight, 
         l0 = c0 // bucket if bucket < d else 0
         wire.blocked_decode(src, offset + (c0 * width) // 8, n, bucket, units[l0:], 0, width, t, weight, True,
                             FIELDS_KIND)
+        Dc, Sc = D[c0:c0 + n], S[c0:c0 + n]     # views: i ≥ 0 is plain to LLVM, and the loop vectorises
         for i in range(n):
-            D[c0 + i] = D[c0 + i] + alpha * (t[i] - S[c0 + i])
+            Dc[i] = Dc[i] + alpha * (t[i] - Sc[i])
     return 0
