@@ -22,12 +22,15 @@ message — d for dense formats, k for top-k / rand-k):
               norm-scaled quantizers, whose scale is known after a pass), the payload written
               (P); the worker's own decode where the recursion uses it (DIANA's h ← h + αC(Δ),
               EF's e ← e − sC(e)): P read and 16K (read-modify-write of K entries);
-              ``allreduce``: the wire vector written (4d float32, 8d fp64)
+              ``allreduce``: the wire vector written (4d float32, 8d fp64); ``reduce-scatter``:
+              also the owner's stage 2, which the clock records here (:func:`second_stage_items`):
+              its segment's sum read per pass, the stage-2 payload written, and the second-stage
+              state D read and written where the algorithm keeps one (α₂ ≠ 0: 16d/n)
     server    ``gather`` / ``allgather``: n payloads read and decoded into the aggregate
               (the first written, 8K, the others read-modify-write, 16K); ``allreduce``: the
               summed wire vector read once; ``reduce-scatter``: the owner's n stage-1 pieces of
-              its segment (P₁ + 16d/n each), the re-compression of the segment (its passes,
-              its payload), the n stage-2 payloads decoded into the aggregate (P₂ + 8d) —
+              its segment (P₁ + 16d/n each), the n stage-2 payloads decoded into the aggregate
+              (P₂ + 8d) —
               then the step: x read and written (16d), DIANA's h read and written (16d, α ≠ 0),
               the heavy-ball v (16d, β ≠ 0), the aggregate read (8d, when it is a d-vector of
               its own: not under ``allreduce``, whose sum is read in the step itself). For
@@ -134,6 +137,19 @@ def compress_items(algorithm: str, comp, collective: str, d: int, payload: float
     return items
 
 
+def second_stage_items(comp, seg: int, payload: float, alpha2: float) -> list:
+    """(item, bytes) of the owner's stage 2 under ``reduce-scatter`` (module doc): its segment's sum
+    read once per pass of the compressor, the stage-2 payload written, and — where the algorithm
+    keeps a second-stage state (α₂ ≠ 0: DIANA's shift D, EF's error; ``Algorithm.second_stage``) —
+    that state read and written (16 bytes per coordinate of the segment)."""
+    passes = PASSES.get(comp.name, 1)
+    items = [(f"segment re-compression: sum read ({passes} pass{'es' if passes > 1 else ''})", 8 * seg * passes),
+             ("stage-2 payload written", payload)]
+    if alpha2:
+        items.append(("second-stage state D read and written (α₂ ≠ 0)", 16 * seg))
+    return items
+
+
 def server_items(algorithm: str, comp, collective: str, d: int, n: int, payloads, wire: float,
                  alpha: float, beta: float, rs: dict | None = None) -> list:
     """(item, bytes) of rank 0's server phase (module doc): ``payloads`` = the n workers' mean
@@ -199,9 +215,7 @@ def rank0_items(run, local, ledger_per_rank: np.ndarray) -> dict | None:
         mine, wire = payloads[run.s.worker_ranks.index(0)], 0.0
     comp_items = compress_items(name, comp, coll, d, mine, own_decode)
     if coll == "reduce-scatter":
-        passes = PASSES.get(comp.name, 1)
-        comp_items += [(f"segment re-compression: sum read ({passes} pass{'es' if passes > 1 else ''})",
-                        8 * rs["seg"] * passes), ("stage-2 payload written", rs["p2_own"])]
+        comp_items += second_stage_items(comp, rs["seg"], rs["p2_own"], float(alg.second_stage(d, n)[0]))
     return {"grad": grad_items(name, d, shard, float(getattr(local, "l2", 0.0))),
             "compress": comp_items,
             "server": server_items(name, comp, coll, d, n, payloads, wire, alpha, beta, rs),

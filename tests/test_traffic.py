@@ -52,6 +52,11 @@ def test_compress_and_server_by_hand():
     assert total(tr.server_items("dcgd", ident, "allreduce", d, n, [], 24, alpha=0.0, beta=0.0)) == 24 + 96
     # allgather, EF + top-k: payloads 30 + 30, x at 2 entries per message r/w: 2 x 2 x 16
     assert total(tr.server_items("ef", topk, "allgather", d, n, [30, 30], 0, alpha=0.0, beta=0.0)) == 60 + 64
+    # reduce-scatter's stage 2 on a segment of 3: qsgd's two passes over the sum (48), its payload 20;
+    # with a second-stage state (DIANA's D, alpha2 != 0) D read and written (48); DCGD (alpha2 = 0) none
+    assert total(tr.second_stage_items(qsgd, 3, 20, alpha2=0.5)) == 48 + 20 + 48
+    assert total(tr.second_stage_items(qsgd, 3, 20, alpha2=0.0)) == 48 + 20
+    assert total(tr.second_stage_items(topk, 3, 14, alpha2=1.0)) == 24 + 14 + 48
 
 
 def test_rows_divide_by_the_bandwidth():
