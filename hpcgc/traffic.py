@@ -121,7 +121,7 @@ def grad_items(algorithm: str, d: int, shard: dict, l2: float) -> list:
 
 def kept_entries(comp, d: int) -> int:
     """Entries a payload of ``comp`` decodes into: k for a fixed-k sparse format, else d."""
-    from .compressors.base import FixedKSparse
+    from .compressors.sparse_base import FixedKSparse
     return int(comp.params["k"]) if isinstance(comp, FixedKSparse) and "k" in comp.params else d
 
 

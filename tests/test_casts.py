@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from hpcgc import compressors, config
-from hpcgc.compressors.base import parse_spec
 from hpcgc.compressors.kernels import casts
+from hpcgc.compressors.params import parse_spec
 from hpcgc.errors import ConfigError, PayloadError
 from hpcgc.run.experiment import check_world
 from hpcgc.run.setup import plan

@@ -22,7 +22,8 @@ from .kernels._numba_cache import begin_invalidation
 
 _rebuild = begin_invalidation()      # before any kernel module is imported (see _numba_cache)
 
-from .base import Compressor, Param, parse_spec
+from .base import Compressor
+from .params import Param, parse_spec
 
 _MODULES: dict[str, str] = {
     "identity": "identity:Identity",

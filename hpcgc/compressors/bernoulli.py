@@ -16,12 +16,13 @@ import numpy as np
 from numba import njit
 
 from ..errors import PayloadError
-from .base import FP64_PARAM, Compressor, Param
+from .base import Compressor
 from .identity import scaled_add
 from .kernels import wire
 from .kernels.norms import nonfinite_flag
 from .kernels.prng import uniform_at
 from .kernels.sparse import FINITE_CHUNK, chunk_nonfinite, float_bits
+from .params import FP64_PARAM, Param
 
 
 @njit(cache=True)

@@ -32,8 +32,8 @@ import math
 import numpy as np
 
 from ..errors import ConfigError, PayloadError
-from .base import FP64_PARAM, Param
 from .dither_plus import MATRIX_PARAMS, EODither, float32_up
+from .params import FP64_PARAM, Param
 
 
 def block_starts(d: int, B: int, who: str = "block quantization") -> np.ndarray:

@@ -51,11 +51,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError, PayloadError
-from .base import Compressor, SparseCompressor
+from .base import Compressor
 from .kernels import wire
 from .kernels.elias_gaps import read_indices
 from .kernels.prng import mix64
 from .kernels.sparse import encode_indices, scatter_scaled, write_index_stream
+from .sparse_base import SparseCompressor
 
 _SALT = np.uint64(0xC0135E5A17C0135E)
 LOSSLESS = "identity:fp64=true"

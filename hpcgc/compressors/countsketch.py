@@ -30,9 +30,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError, PayloadError
-from .base import FP64_PARAM, Compressor, Param
+from .base import Compressor
 from .kernels import wire
 from .kernels.sketch import sketch_add, unsketch
+from .params import FP64_PARAM, Param
 from .summable import SumCodec
 
 

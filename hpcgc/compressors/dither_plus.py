@@ -34,7 +34,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import ConfigError, PayloadError
-from .base import FP64_PARAM, Compressor, DecodeSparse, Param
+from .base import Compressor
 from .kernels import wire
 from .kernels.elias_omega import (
     ERR_CODE,
@@ -46,6 +46,8 @@ from .kernels.elias_omega import (
     dither_stream_read,
     dither_stream_write,
 )
+from .params import FP64_PARAM, Param
+from .sparse_base import DecodeSparse
 
 FORMAT_EO_DITHER = 40
 

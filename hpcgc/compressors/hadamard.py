@@ -40,10 +40,11 @@ import math
 import numpy as np
 
 from ..errors import PayloadError
-from .base import FP64_PARAM, Compressor, Param, Prepared, draw_seed
+from .base import Compressor, Prepared, draw_seed
 from .kernels import wire
 from .kernels.hadamard import padded, rotate, unrotate_add
 from .kernels.prng import mix64
+from .params import FP64_PARAM, Param
 from .qsgd import QSGD
 
 _SALT = np.uint64(0x0DDBA11CAFEF00D5)

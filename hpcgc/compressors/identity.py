@@ -26,9 +26,10 @@ import numpy as np
 from numba import njit
 
 from ..errors import ConfigError, PayloadError
-from .base import FP64_PARAM, Compressor, Param
+from .base import Compressor
 from .kernels import casts, wire
 from .kernels.norms import nonfinite_flag
+from .params import FP64_PARAM, Param
 from .summable import CastSum, DenseSum
 
 WIRE_TYPES = {"fp16": ("float16", 16, 2.0 ** -11), "bf16": ("bfloat16", 16, 2.0 ** -8)}

@@ -33,12 +33,14 @@ import numpy as np
 from numba import njit
 
 from ..errors import PayloadError
-from .base import Compressor, DecodeInto, FixedKSparse, Param
+from .base import Compressor, DecodeInto
 from .kernels import wire
 from .kernels.norms import max_abs_bits32
 from .kernels.prng import GAMMA, mix64, state_at, uniform_at
 from .kernels.wire import CHUNK, le_word
+from .params import Param
 from .randk import sample_and_gather
+from .sparse_base import FixedKSparse
 
 _MAG = np.uint64(0x7FFFFFFFFFFFFFFF)
 _MANT = np.uint64(0x000FFFFFFFFFFFFF)

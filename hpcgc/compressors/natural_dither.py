@@ -22,11 +22,11 @@ from llvmlite import ir
 from numba import njit
 
 from ..errors import PayloadError
-from .base import FP64_PARAM, Param
 from .kernels import simd, wire
 from .kernels.dither import dither_pack
 from .kernels.norms import OK as SCALES_OK
 from .kernels.norms import write_scales
+from .params import FP64_PARAM, Param
 from .qsgd import BucketDither
 
 NDITHER_KIND = 11

@@ -59,8 +59,9 @@ import numpy as np
 from numba import njit
 
 from ..errors import ConfigError, PayloadError
-from .base import FP64_PARAM, Compressor, Param
+from .base import Compressor
 from .kernels import wire
+from .params import FP64_PARAM, Param
 from .summable import SumCodec
 
 RANK_TOL = 1e-10

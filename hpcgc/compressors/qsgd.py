@@ -32,11 +32,12 @@ from numba import njit
 
 from ..errors import PayloadError
 from . import qsgd_elias
-from .base import FP64_PARAM, Compressor, Param
+from .base import Compressor
 from .kernels import simd, wire
 from .kernels.dither import qsgd_encode
 from .kernels.norms import OK as SCALES_OK
 from .kernels.norms import n_blocks
+from .params import FP64_PARAM, Param
 
 
 def _qsgd_row_values(builder, f, unit, _):

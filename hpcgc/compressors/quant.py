@@ -32,11 +32,12 @@ from numba import njit, types
 from numba.core.extending import intrinsic
 
 from ..errors import PayloadError
-from .base import FP64_PARAM, Compressor, Param
+from .base import Compressor
 from .kernels import simd, wire
 from .kernels.norms import n_blocks
 from .kernels.prng import TWO32, uniforms32
 from .kernels.wire import CHUNK, TRIT_GROUP, TRITS_PER_BYTE, pack_trits, unpack_trits
+from .params import FP64_PARAM, Param
 
 
 @njit(cache=True, inline="always")

@@ -27,7 +27,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .base import FP64_PARAM, FixedKSparse, Param
 from .kernels import wire
 from .kernels.prng import mix64, next_below
 from .kernels.sparse import (
@@ -41,6 +40,8 @@ from .kernels.sparse import (
     scatter_scaled,
     scratch,
 )
+from .params import FP64_PARAM, Param
+from .sparse_base import FixedKSparse
 from .summable import IndexedSum
 
 _SHARED_SALT = np.uint64(0x5EED5EED5EED5EED)

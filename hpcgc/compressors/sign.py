@@ -29,9 +29,10 @@ import numpy as np
 from numba import njit
 
 from ..errors import ConfigError, PayloadError
-from .base import FP64_PARAM, Compressor, DecodeInto, draw_seed
+from .base import Compressor, DecodeInto, draw_seed
 from .kernels import wire
 from .kernels.wire import le_word
+from .params import FP64_PARAM
 from .summable import SumCodec
 
 

@@ -31,11 +31,13 @@ import numpy as np
 from numba import njit
 
 from ..errors import ConfigError, PayloadError
-from .base import FP64_PARAM, Compressor, DecodeSparse, Param
+from .base import Compressor
 from .dither_plus import MATRIX_PARAMS, float32_exact, stream_error
 from .kernels import wire
 from .kernels.elias_omega import bernoulli_keep, gap_stream_bits, gap_stream_read, gap_stream_write
 from .kernels.norms import nonfinite_flag
+from .params import FP64_PARAM, Param
+from .sparse_base import DecodeSparse
 
 FORMAT_EO_SPARSE = 41
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import FP64_PARAM, Param, SparseCompressor
 from .kernels.sparse import cast_finite, float_bits, select_at_least
+from .params import FP64_PARAM, Param
+from .sparse_base import SparseCompressor
 
 
 def threshold_bits(lam: float, dtype) -> np.unsignedinteger:

@@ -31,7 +31,6 @@ import math
 import numpy as np
 from numba import njit
 
-from .base import FP64_PARAM, FixedKSparse, Param
 from .kernels.sparse import (
     bit_length,
     cast_finite,
@@ -40,6 +39,8 @@ from .kernels.sparse import (
     scratch,
     select_at_least,
 )
+from .params import FP64_PARAM, Param
+from .sparse_base import FixedKSparse
 
 _F32 = (np.uint32(0x7FFFFFFF), 12)         # magnitude mask, bits of the first histogram
 _F64 = (np.uint64(0x7FFFFFFFFFFFFFFF), 15)

@@ -1,0 +1,197 @@
+"""The base classes of sparse messages: :class:`SparseCompressor` (values + indices after the header,
+fixed-width or Elias-omega gap indices), :class:`FixedKSparse` (k entries, k a parameter) and the
+:class:`DecodeSparse` mixin. Subclassed by top-k, rand-k, threshold, natural-randk, sparsify+ and
+dither+ (:mod:`hpcgc.compressors`)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import numpy as np
+
+from ..errors import ConfigError, PayloadError
+from .base import Compressor
+from .kernels import wire
+from .kernels.elias_gaps import read_indices
+from .kernels.norms import nonfinite_flag
+from .kernels.sparse import encode_indices, scatter_scaled, write_index_stream
+
+
+class DecodeSparse:
+    """Mixin for a compressor whose decoder ``decode_sparse(payload, d)`` returns (indices, values,
+    model bits): derives ``model_bits``, ``_decompress`` and ``_decompress_add`` from it."""
+
+    def model_bits(self, payload, d: int) -> int:
+        return self.decode_sparse(payload, d)[2]
+
+    def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
+        idx, vals, _ = self.decode_sparse(payload, d)
+        out = np.zeros(d)
+        out[idx] = vals
+        return out
+
+    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
+        idx, vals, _ = self.decode_sparse(payload, d)
+        out[idx] += weight * vals
+
+
+class SparseCompressor(Compressor):
+    """Shared layout of sparse messages (after the 8-byte header)::
+
+        [nnz: uint32, only if the count varies (``VARIABLE_NNZ``)]
+        values: nnz × float32 (float64 with ``fp64=true``), or the subclass's value encoding
+        index stream: fixed ⌈log₂d⌉-bit fields or Elias-omega gaps (header flag bit 1)
+
+    Subclasses set ``VARIABLE_NNZ`` and, for fixed-count formats, implement ``_nnz(d)``; a value
+    encoding other than F-bit floats overrides ``_value_bytes``/``_value_bits``.
+    """
+
+    VARIABLE_NNZ: ClassVar[bool] = False
+
+    def _nnz(self, d: int) -> int:
+        raise NotImplementedError
+
+    def _value_bytes(self, nnz: int) -> int:
+        return nnz * self._scale_bytes
+
+    def _value_bits(self, nnz: int) -> int:
+        return nnz * self._float_bits
+
+    def _dtype(self) -> str:
+        return "<f8" if self._fp64 else "<f4"
+
+    @property
+    def _prefix(self) -> int:
+        return 4 if self.VARIABLE_NNZ else 0
+
+    def _new_sparse_payload(self, idx: np.ndarray, d: int) -> tuple[np.ndarray, int, int]:
+        """Payload for these increasing indices; returns (payload, values offset, values bytes).
+        Writes header, count and index stream; the caller writes the values."""
+        nnz = idx.shape[0]
+        use_elias, ibits, words = encode_indices(idx, d)
+        vbytes = self._value_bytes(nnz)
+        flags = self._flags | (wire.FLAG_ELIAS if use_elias else 0)
+        payload = wire.new_payload(self._prefix + vbytes + (ibits + 7) // 8, self.FORMAT_ID, flags,
+                                   self._fingerprint, d)
+        if self.VARIABLE_NNZ:
+            payload[wire.HEADER_BYTES:wire.HEADER_BYTES + 4].view("<u4")[0] = nnz
+        voff = wire.HEADER_BYTES + self._prefix
+        write_index_stream(idx, d, words, ibits, payload, voff + vbytes)
+        return payload, voff, vbytes
+
+    def _read_sparse(self, payload, d: int) -> tuple[np.ndarray, int, int, np.ndarray, int]:
+        """Check header, count and index stream; returns (payload, values offset, nnz, indices,
+        index bits)."""
+        payload = self._as_payload(payload, d)
+        head = payload[:wire.HEADER_BYTES].tobytes()
+        if payload.size >= wire.HEADER_BYTES + self._prefix and head == self._header(d, self._flags):
+            flags = self._flags         # the two headers check_header accepts, as bytes (rank 0's hot path)
+        elif payload.size >= wire.HEADER_BYTES + self._prefix and head == self._header(d, self._flags | wire.FLAG_ELIAS):
+            flags = self._flags | wire.FLAG_ELIAS
+        else:
+            flags = wire.check_header(payload, self.name, self.FORMAT_ID, self._flags, self._fingerprint,
+                                      d, wire.HEADER_BYTES + self._prefix, free_flags=wire.FLAG_ELIAS,
+                                      exact=False)
+        if self.VARIABLE_NNZ:
+            nnz = int.from_bytes(payload[wire.HEADER_BYTES:wire.HEADER_BYTES + 4].tobytes(), "little")
+            if nnz > d:
+                raise PayloadError(f"{self.name}: corrupted payload: {nnz} nonzeros for d={d}")
+        else:
+            nnz = self._nnz(d)
+        voff = wire.HEADER_BYTES + self._prefix
+        vbytes = self._value_bytes(nnz)
+        if payload.size < voff + vbytes:
+            raise PayloadError(f"{self.name}: payload truncated: {payload.size} bytes, shorter than "
+                               f"its {nnz} values")
+        idx, ibits = read_indices(payload, voff + vbytes, nnz, d, bool(flags & wire.FLAG_ELIAS),
+                                  self.name)
+        return payload, voff, nnz, idx, ibits
+
+    def _read_values(self, payload: np.ndarray, voff: int, nnz: int) -> np.ndarray:
+        values = wire.read_array(payload, voff, nnz, self._dtype())
+        if nonfinite_flag(values) != 0.0:
+            raise PayloadError(f"{self.name}: corrupted payload: non-finite value")
+        return values
+
+    def model_bits(self, payload, d: int) -> int:
+        """nnz·F + index bits of the encoding used (fixed nnz·⌈log₂d⌉ or Elias-omega gaps)."""
+        _, _, nnz, _, ibits = self._read_sparse(payload, d)
+        return self._value_bits(nnz) + ibits
+
+    def _scale(self, d: int, nnz: int) -> float:
+        """Factor applied to the decoded values (d/k for rand-k, 1 for top-k and threshold)."""
+        return 1.0
+
+    def _decompress(self, payload: np.ndarray, d: int) -> np.ndarray:
+        payload, voff, nnz, idx, _ = self._read_sparse(payload, d)
+        values = self._read_values(payload, voff, nnz)
+        out = np.zeros(d)
+        scatter_scaled(values, idx, self._scale(d, nnz), out, False)
+        return out
+
+    PLAIN_VALUES: ClassVar[bool] = True
+    """The values are nnz floats of the wire type (False: natural-randk's encoded values)."""
+
+    def _entries_at(self, d: int) -> Callable | None:
+        return (lambda payload, weight: self._entries(payload, d, weight)) if self.PLAIN_VALUES else None
+
+    def _entries(self, payload: np.ndarray, d: int, weight: float) -> tuple[np.ndarray, np.ndarray]:
+        """(idx, weight·scale·values as float64): what :meth:`_decompress_add` adds at idx, the same
+        products (the float32 value widened, then multiplied), checked the same way."""
+        payload, voff, nnz, idx, _ = self._read_sparse(payload, d)
+        values = self._read_values(payload, voff, nnz)
+        return idx, np.multiply(values, weight * self._scale(d, nnz), dtype=np.float64)
+
+    def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> np.ndarray:
+        """out[idx] += weight·scale·values; returns idx (increasing: the only entries of out it
+        changed, a fresh array — the prepared codec's ``add`` hands it on, for steps at those
+        entries only; a subclass returns None when it cannot say)."""
+        payload, voff, nnz, idx, _ = self._read_sparse(payload, d)
+        values = self._read_values(payload, voff, nnz)
+        scatter_scaled(values, idx, weight * self._scale(d, nnz), out, True)
+        return idx
+
+
+class FixedKSparse(SparseCompressor):
+    """A sparse format with exactly k ≤ d kept entries, k the parameter ``k`` (rand-k, top-k, …)."""
+
+    def _init(self) -> None:
+        self.k = self._params["k"]
+
+    def _validate(self, d: int) -> None:
+        if self.k > d:
+            raise ConfigError(f"{self.name}: parameter k={self.k} is out of range for d={d}; "
+                              f"allowed: 1 <= k <= d")
+
+    def _nnz(self, d: int) -> int:
+        return self.k
+
+    def segment(self, d: int, d_seg: int) -> Compressor:
+        """k scaled to the segment: k_seg = min(d_seg, ⌈k·d_seg/d⌉), so k_seg/d_seg ≥ k/d — rand-k's
+        ω = d_seg/k_seg − 1 ≤ d/k − 1 and top-k's δ = k_seg/d_seg ≥ k/d (top-k per segment is
+        gTop-k's per-worker selection, Shi et al. 2019). The same compressor when k_seg = k."""
+        super().segment(d, d_seg)
+        k_seg = min(d_seg, -(-self.k * d_seg // d))
+        if k_seg == self.k:
+            return self
+        return type(self)(**{**self._params, "k": k_seg})
+
+    def sparse_layout(self, d: int) -> tuple[int, int, int]:
+        """k values (``_value_bits``), k indices after them (fixed-count format: no nnz prefix)."""
+        return self._value_bits(self.k), self.k, wire.HEADER_BYTES + self._prefix + self._value_bytes(self.k)
+
+    def payload_bound(self, d: int) -> int | None:
+        """Header, k values and k fixed ⌈log₂d⌉-bit indices: the index stream is Elias-omega gaps
+        only when those are shorter (:func:`~.kernels.sparse.encode_indices`). None for a layout
+        without indices (rand-k's shared seed) or with a variable count."""
+        if self.VARIABLE_NNZ or getattr(self, "shared_seed", False):
+            return None
+        return wire.HEADER_BYTES + self._value_bytes(self.k) + wire.packed_bytes(self.k, wire.bits_for(d))
+
+    def _check_k(self, d: int) -> None:
+        if self.k > d:
+            raise PayloadError(f"{self.name}: requested d={d} is smaller than k={self.k}")
+
+    def _read_sparse(self, payload, d):
+        self._check_k(d)
+        return super()._read_sparse(payload, d)
