@@ -164,13 +164,14 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "wait_phases": Key(bool, True, "time the waiting for other ranks apart (wait_up/wait_down: the lengths' "
                            "Gather, the control word's Bcast, a barrier before an Allreduce), so that "
                            "comm_up/comm_down hold transfer only (false: waiting is in comm_*)"),
-        "wait": Key(str, "auto", "how a rank waits where it waits for another rank's computation (the payload "
+        "wait": Key(str, "spin", "how a rank waits where it waits for another rank's computation (the payload "
                     "lengths' Gather/Allgather/Alltoall, the downlink's Bcasts, the barrier before an Allreduce): "
                     "'spin' (MPI's blocking call, which polls: the lowest latency), 'yield' (the non-blocking call, "
                     "tested between short sleeps: the waiting rank's core goes to the ranks that compute), "
                     "'auto' = 'yield' when a host runs more of the job's ranks than the CPUs they may use "
-                    "(oversubscribed), else 'spin'; same iterates and bits either way; recorded as the run "
-                    "attribute wait_mode (docs/performance.md)", choices=("auto", "spin", "yield")),
+                    "(oversubscribed), else 'spin'. Default spin: on a quiet 2-core host at -n 32 'yield' made the "
+                    "default experiment's iteration 1.1-2.4x slower (docs/performance.md); same iterates and bits "
+                    "either way; recorded as the run attribute wait_mode", choices=("auto", "spin", "yield")),
         "overlap": Key(bool, False, "start each layer's exchange (non-blocking Iallreduce) as soon as the backward "
                        "pass has computed its gradient and wait only before the step (PyTorch DDP's buckets); "
                        "mlp/softmax under allreduce with dcgd/diana/ef and identity, identity:fp16/bf16/fp64, or "

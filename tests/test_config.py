@@ -66,10 +66,10 @@ def test_bad_values_name_the_key(item, needle):
 
 
 def test_run_wait_takes_three_values_and_names_them_when_wrong(tmp_path):
-    """run.wait: "auto" by default, "spin" or "yield"; anything else is one ConfigError naming the key,
+    """run.wait: "spin" by default, "auto" or "yield"; anything else is one ConfigError naming the key,
     the choices and the value — from --set, from a file and as a sweep value."""
     cfg = config.default_experiment()
-    assert cfg["run"]["wait"] == "auto"
+    assert cfg["run"]["wait"] == "spin"
     for ok in ("spin", "yield", "auto"):
         config.apply_overrides(cfg, [f"run.wait={ok}"])
         assert cfg["run"]["wait"] == ok

@@ -66,7 +66,8 @@ def test_auto_yields_when_a_host_has_more_ranks_than_cpus(shared_dir):
     crowded = any(sum(h == host for h, _ in rows) > len({c for h, cpus in rows if h == host for c in cpus})
                   for host in {h for h, _ in rows})
     res, _, _, t = run_experiment(shared_dir / "auto.h5", {**BASE, "run.algorithm": "diana",
-                                                          "run.compressor": "qsgd:s=2"}, name="wait")
+                                                          "run.compressor": "qsgd:s=2", "run.wait": "auto"},
+                                  name="wait")
     assert res[0].attrs["wait_mode"] == ("yield" if crowded else "spin")
     assert t.yielding == crowded
     assert 'wait = "auto"' in res[0].attrs["config"]

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""The memory-traffic table of issue 31 target 1 from logs of ``bash scripts/measure-performance.sh
+traffic`` (``hpcgc floor``'s "memory-traffic floor" rows), several rounds and checkouts:
+
+    python scripts/traffic-table.py LABEL=LOG [LABEL=LOG ...] [--csv OUT.csv]
+
+e.g. ``before=traffic-before-r1.log before=traffic-before-r2.log after=traffic-after-r1.log ...``.
+Per (label, run, phase): rank 0's median phase time and its ratio to the run's own floor, each over
+the rounds given — the median and [min, max] — and the copy bandwidth the floors were taken at.
+A ratio is always against the floor of the same run (its copy bandwidth), so rounds measured at a
+different bandwidth are compared by their ratios, and the time columns show what moved.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+ROW = re.compile(r"^(\d{3})\s+(\S+)\s+(\S+)\s+(\S+)\s+(grad|compress|server|copy)\s+(.*)$")
+
+
+def parse(path: str) -> dict:
+    """{(run, algorithm, compressor, collective): {phase: (median ms, ratio) or copy GB/s}}."""
+    out: dict = defaultdict(dict)
+    for line in open(path):
+        m = ROW.match(line.strip())
+        if not m:
+            continue
+        key, phase, rest = m.group(1, 2, 3, 4), m.group(5), m.group(6).split()
+        if phase == "copy":
+            out[key]["copy"] = float(rest[-1])
+        elif len(rest) == 4:
+            out[key][phase] = (float(rest[2]), float(rest[3]))
+    return out
+
+
+def spread(v) -> str:
+    v = [x for x in v if np.isfinite(x)]
+    if not v:
+        return "—"
+    med = float(np.median(v))
+    return f"{med:.3g} [{min(v):.3g}, {max(v):.3g}]" if len(v) > 1 else f"{med:.3g}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("logs", nargs="+", metavar="LABEL=LOG")
+    ap.add_argument("--csv")
+    a = ap.parse_args()
+    data: dict = defaultdict(lambda: defaultdict(list))        # (label, run) -> phase -> [values]
+    labels = []
+    for item in a.logs:
+        label, _, path = item.partition("=")
+        if not path:
+            print(f"traffic-table: {item!r}: give LABEL=LOG", file=sys.stderr)
+            return 2
+        labels += [label] if label not in labels else []
+        for key, phases in parse(path).items():
+            for ph, v in phases.items():
+                data[(label, key)][ph].append(v)
+    header = ["run", "checkout", "rounds", "copy GB/s", *(f"{p} ms" for p in ("grad", "compress", "server")),
+              *(f"{p} / floor" for p in ("grad", "compress", "server"))]
+    rows = []
+    for key in sorted({k for _, k in data}):
+        for label in labels:
+            d = data.get((label, key))
+            if not d:
+                continue
+            run = f"{key[0]} {key[1]} {key[2]} {key[3]}"
+            rows.append([run, label, str(len(d["copy"])), spread(d["copy"]),
+                         *(spread([t for t, _ in d[p]]) for p in ("grad", "compress", "server")),
+                         *(spread([r for _, r in d[p]]) for p in ("grad", "compress", "server"))])
+    print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+    if a.csv:
+        with open(a.csv, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(header)
+            w.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
