@@ -126,52 +126,21 @@ def csr_grad_compact(code, indptr, indices, data, cols, cidx, x, y, w, l2, mode,
         vj = v[j]
         for k in range(indptr[j], indptr[j + 1]):
             gc[cidx[k]] += data[k] * vj
-    _write_blocked(cols, gc, x, l2, mode, h, gamma, out)
-
-
-_OUT_BLOCK = 2048
-"""Entries of the d-vectors per block of :func:`_write_blocked` (48 KiB of x, out and h: in L1/L2)."""
-
-
-@njit(cache=True)
-def _write_blocked(cols, gc, x, l2, mode, h, gamma, out):
-    """The pass over the d-vectors of :func:`csr_grad_compact`, block by block: the touched columns'
-    final values first (into gc, which is not read again; under ACCUMULATE they need out's old
-    value), then the whole block as if no column were touched — a loop without a branch per entry,
-    which the compiler vectorises (the branch "is i the next touched column?" was mispredicted at
-    every scattered column) — then the touched columns overwritten. Every entry's value is the same
-    expression as before, evaluated once: 0.0 + l2·x_i (or gc + l2·x_i) then the mode's operation."""
-    u = cols.shape[0]
-    d = out.shape[0]
     c = 0
-    for b0 in range(0, d, _OUT_BLOCK):
-        b1 = min(b0 + _OUT_BLOCK, d)
-        c1 = c
-        while c1 < u and cols[c1] < b1:
-            c1 += 1
-        for t in range(c, c1):
-            i = cols[t]
-            gi = gc[t] + l2 * x[i]
-            if mode == MINUS:
-                gc[t] = gi - h[i]
-            elif mode == ACCUMULATE:
-                gc[t] = out[i] + gamma * gi
-            else:
-                gc[t] = gi
-        xb, ob = x[b0:b1], out[b0:b1]             # views: loops from 0, which the compiler vectorises
+    nxt = cols[0] if u > 0 else out.shape[0]
+    for i in range(out.shape[0]):
+        gi = 0.0
+        if i == nxt:
+            gi = gc[c]
+            c += 1
+            nxt = cols[c] if c < u else out.shape[0]
+        gi = gi + l2 * x[i]
         if mode == MINUS:
-            hb = h[b0:b1]
-            for i in range(b1 - b0):
-                ob[i] = (0.0 + l2 * xb[i]) - hb[i]
+            out[i] = gi - h[i]
         elif mode == ACCUMULATE:
-            for i in range(b1 - b0):
-                ob[i] = ob[i] + gamma * (0.0 + l2 * xb[i])
+            out[i] = out[i] + gamma * gi
         else:
-            for i in range(b1 - b0):
-                ob[i] = 0.0 + l2 * xb[i]
-        for t in range(c, c1):
-            out[cols[t]] = gc[t]
-        c = c1
+            out[i] = gi
 
 
 @njit(cache=True)
