@@ -95,6 +95,15 @@ class Transport:
         """Complete a started collective the yielding way (:func:`sleep_until` with ``YIELD_POLL``)."""
         sleep_until(req, *YIELD_POLL)
 
+    def waiting(self, comm, op: str, *args, **kw) -> None:
+        """``comm.<op>(*args)`` (``"Gather"``, ``"Allgather"``, ``"Alltoall"``, ``"Bcast"``,
+        ``"Barrier"``) where a rank waits for another rank's computation: blocking, or — yielding —
+        its non-blocking form ``comm.I<op>`` completed in :meth:`idle`."""
+        if self.yielding:
+            self.idle(getattr(comm, "I" + op.lower())(*args, **kw))
+        else:
+            getattr(comm, op)(*args, **kw)
+
     @property
     def up_bytes(self) -> int:
         """Bytes handed to MPI on the uplink: length words and payloads (Gather[v], Allgather[v])
@@ -128,10 +137,7 @@ class Transport:
         sender" time (``wait_up``; the 4 bytes themselves cost one latency). Returns the payload as
         :meth:`gatherv` sends it."""
         payload = self._lengths(payload)
-        if self.yielding:
-            self.idle(self.comm.Igather(self._len, self._counts if self.is_root else None, root=ROOT))
-        else:
-            self.comm.Gather(self._len, self._counts if self.is_root else None, root=ROOT)
+        self.waiting(self.comm, "Gather", self._len, self._counts if self.is_root else None, root=ROOT)
         self.ledger[_GATHER] += LENGTH_BYTES
         if self.is_root:
             self.received[_GATHER] += LENGTH_BYTES * (self.size - 1)
@@ -162,10 +168,7 @@ class Transport:
         """First half of :meth:`allgather_payloads`: ``Allgather`` of the payload lengths, where
         every rank waits for the last one to arrive (``wait_up``)."""
         payload = self._lengths(payload)
-        if self.yielding:
-            self.idle(self.comm.Iallgather(self._len, self._counts))
-        else:
-            self.comm.Allgather(self._len, self._counts)
+        self.waiting(self.comm, "Allgather", self._len, self._counts)
         self.ledger[_ALLGATHER] += LENGTH_BYTES
         self.received[_ALLGATHER] += LENGTH_BYTES * (self.size - 1)
         return payload
@@ -182,10 +185,7 @@ class Transport:
             self._ann, self._ann_all = np.zeros((1, k)), np.zeros((self.size, k))
         self._ann[0, 0] = payload.nbytes
         self._ann[0, 1:] = info
-        if self.yielding:
-            self.idle(self.comm.Iallgather(self._ann, self._ann_all))
-        else:
-            self.comm.Allgather(self._ann, self._ann_all)
+        self.waiting(self.comm, "Allgather", self._ann, self._ann_all)
         self._counts[:] = self._ann_all[:, 0]
         self.ledger[_ALLGATHER] += self._ann.nbytes
         self.received[_ALLGATHER] += self._ann.nbytes * (self.size - 1)
@@ -231,10 +231,7 @@ class Transport:
         rank r's slot at r·slot.size): the blocking form of :meth:`iallgather_slots` (``run.overlap``
         under ``allgather``, ``run.overlap_blocking``). No announcement: every rank knows the size.
         Ledger ``Allgather``: the slot sent, the others' slots received."""
-        if self.yielding:
-            self.idle(self.comm.Iallgather([slot, MPI.BYTE], [out, MPI.BYTE]))
-        else:
-            self.comm.Allgather([slot, MPI.BYTE], [out, MPI.BYTE])
+        self.waiting(self.comm, "Allgather", [slot, MPI.BYTE], [out, MPI.BYTE])
         self.ledger[_ALLGATHER] += slot.nbytes
         self.received[_ALLGATHER] += slot.nbytes * (self.size - 1)
         return out
@@ -253,10 +250,7 @@ class Transport:
         under ``gather`` with ``run.overlap_blocking``). Ledger ``Gather``: the slot sent; rank 0 also
         counts the others' slots received."""
         recv = [out, MPI.BYTE] if self.is_root else None
-        if self.yielding:
-            self.idle(self.comm.Igather([slot, MPI.BYTE], recv, root=ROOT))
-        else:
-            self.comm.Gather([slot, MPI.BYTE], recv, root=ROOT)
+        self.waiting(self.comm, "Gather", [slot, MPI.BYTE], recv, root=ROOT)
         self.ledger[_GATHER] += slot.nbytes
         if self.is_root:
             self.received[_GATHER] += slot.nbytes * (self.size - 1)
@@ -292,10 +286,7 @@ class Transport:
         on the wire). Every rank waits here for the last sender (``wait_up``). Returns the int32
         byte counts this rank will receive from each rank."""
         self._a2a_send[:] = counts
-        if self.yielding:
-            self.idle(self.comm.Ialltoall(self._a2a_send, self._a2a_recv))
-        else:
-            self.comm.Alltoall(self._a2a_send, self._a2a_recv)
+        self.waiting(self.comm, "Alltoall", self._a2a_send, self._a2a_recv)
         self.ledger[_ALLTOALL] += LENGTH_BYTES * (self.size - 1)
         self.received[_ALLTOALL] += LENGTH_BYTES * (self.size - 1)
         return self._a2a_recv
@@ -362,10 +353,7 @@ class Transport:
         return payload
 
     def _bcast(self, buf) -> None:
-        if self.yielding:
-            self.idle(self.comm.Ibcast(buf, root=ROOT))
-        else:
-            self.comm.Bcast(buf, root=ROOT)
+        self.waiting(self.comm, "Bcast", buf, root=ROOT)
 
     def sync(self):
         """Wait until every rank has arrived (``MPI_Barrier``): issued before each Allreduce round
@@ -373,10 +361,7 @@ class Transport:
         no announcement of its own to wait in (``gather`` and ``allgather`` wait in the lengths'
         collective, :meth:`gather_lengths`). No bytes: not in the ledger. Yielding: ``MPI_Ibarrier``
         and :meth:`idle`."""
-        if self.yielding:
-            self.idle(self.comm.Ibarrier())
-        else:
-            self.comm.Barrier()
+        self.waiting(self.comm, "Barrier")
 
     # -- measurement traffic: not part of the algorithm, not in the ledger ------------------------
     def bcast_control(self, buf: np.ndarray):

@@ -166,10 +166,7 @@ class Nodes:
         """``MPI_Bcast`` of ``buf`` from the leader to the node's ranks (intra-node ledger); the world
         transport yielding (``run.wait``): ``MPI_Ibcast`` completed by :meth:`Transport.idle` — a
         non-leader waits here for its leader's exchange."""
-        if self.world.yielding:
-            self.world.idle(self.local.Ibcast(buf, root=0))
-        else:
-            self.local.Bcast(buf, root=0)
+        self.world.waiting(self.local, "Bcast", buf, root=0)
         self.world.intra[SENT if self.is_leader else RECEIVED] += buf.nbytes
         return buf
 
