@@ -6,7 +6,8 @@ traffic`` (``hpcgc floor``'s "memory-traffic floor" rows), several rounds and ch
 
 e.g. ``before=traffic-before-r1.log before=traffic-before-r2.log after=traffic-after-r1.log ...``.
 Per (label, run, phase): rank 0's median phase time and its ratio to the run's own floor, each over
-the rounds given — the median and [min, max] — and the copy bandwidth the floors were taken at.
+the rounds given — the median and its interval (:mod:`hpcgc.analysis.spread`: [min, max] below six
+rounds) — and the copy bandwidth the floors were taken at.
 A ratio is always against the floor of the same run (its copy bandwidth), so rounds measured at a
 different bandwidth are compared by their ratios, and the time columns show what moved.
 """
@@ -17,8 +18,10 @@ import csv
 import re
 import sys
 from collections import defaultdict
+from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hpcgc.analysis.spread import format_spread, spread
 
 ROW = re.compile(r"^(\d{3})\s+(\S+)\s+(\S+)\s+(\S+)\s+(grad|compress|server|copy)\s+(.*)$")
 
@@ -38,12 +41,8 @@ def parse(path: str) -> dict:
     return out
 
 
-def spread(v) -> str:
-    v = [x for x in v if np.isfinite(x)]
-    if not v:
-        return "—"
-    med = float(np.median(v))
-    return f"{med:.3g} [{min(v):.3g}, {max(v):.3g}]" if len(v) > 1 else f"{med:.3g}"
+def cell(values) -> str:
+    return format_spread(spread(values), ".3g")
 
 
 def main() -> int:
@@ -71,9 +70,9 @@ def main() -> int:
             if not d:
                 continue
             run = f"{key[0]} {key[1]} {key[2]} {key[3]}"
-            rows.append([run, label, str(len(d["copy"])), spread(d["copy"]),
-                         *(spread([t for t, _ in d[p]]) for p in ("grad", "compress", "server")),
-                         *(spread([r for _, r in d[p]]) for p in ("grad", "compress", "server"))])
+            rows.append([run, label, str(len(d["copy"])), cell(d["copy"]),
+                         *(cell([t for t, _ in d[p]]) for p in ("grad", "compress", "server")),
+                         *(cell([r for _, r in d[p]]) for p in ("grad", "compress", "server"))])
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for r in rows:
         print("| " + " | ".join(r) + " |")
