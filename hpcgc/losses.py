@@ -126,21 +126,59 @@ def csr_grad_compact(code, indptr, indices, data, cols, cidx, x, y, w, l2, mode,
         vj = v[j]
         for k in range(indptr[j], indptr[j + 1]):
             gc[cidx[k]] += data[k] * vj
+    _write_blocked(cols, gc, x, l2, mode, h, gamma, out)
+
+
+OUT_BLOCK = 8192
+"""Coordinates per block of :func:`_write_blocked`: 64 KiB of x and of out (and h), which stay in
+L2 between the block's dense pass and its fix-up of the touched columns."""
+
+
+@njit(cache=True)
+def _write_blocked(cols, gc, x, l2, mode, h, gamma, out):
+    """The pass over the d-vectors of :func:`csr_grad_compact`, block by block: first the whole block
+    as if no column were touched — a loop without a branch per entry, which the compiler vectorises
+    and the hardware prefetcher streams from memory — then the block's touched columns rewritten
+    from the same block's lines, now in cache. One pass with a test "is i the next touched
+    column?" per entry mispredicted at every scattered column (≈ 43 000 on a does-it-pay shard:
+    0.58 ms against 0.39 this way, ``scripts/phase-kernels.py``); gathering the touched columns
+    *before* the dense pass (604f058, reverted) waited on memory for each of them. Every entry's
+    value is the same expression as in one pass: ``0.0 + l2·x_i`` (or ``gc + l2·x_i``), then the
+    mode's operation; under ``ACCUMULATE`` the block's old values are kept in ``keep`` (L1) first,
+    since the fix-up needs them."""
+    u = cols.shape[0]
+    d = out.shape[0]
+    keep = np.empty(min(OUT_BLOCK, d) if mode == ACCUMULATE else 0)
     c = 0
-    nxt = cols[0] if u > 0 else out.shape[0]
-    for i in range(out.shape[0]):
-        gi = 0.0
-        if i == nxt:
-            gi = gc[c]
-            c += 1
-            nxt = cols[c] if c < u else out.shape[0]
-        gi = gi + l2 * x[i]
+    for b0 in range(0, d, OUT_BLOCK):
+        b1 = min(b0 + OUT_BLOCK, d)
+        n = b1 - b0
+        xb, ob = x[b0:b1], out[b0:b1]         # views: loops from 0, which the compiler vectorises
         if mode == MINUS:
-            out[i] = gi - h[i]
+            hb = h[b0:b1]
+            for i in range(n):
+                ob[i] = (0.0 + l2 * xb[i]) - hb[i]
+            while c < u and cols[c] < b1:
+                i = cols[c]
+                out[i] = (gc[c] + l2 * x[i]) - h[i]
+                c += 1
         elif mode == ACCUMULATE:
-            out[i] = out[i] + gamma * gi
+            kb = keep[:n]
+            for i in range(n):
+                kb[i] = ob[i]
+            for i in range(n):
+                ob[i] = kb[i] + gamma * (0.0 + l2 * xb[i])
+            while c < u and cols[c] < b1:
+                i = cols[c]
+                out[i] = keep[i - b0] + gamma * (gc[c] + l2 * x[i])
+                c += 1
         else:
-            out[i] = gi
+            for i in range(n):
+                ob[i] = 0.0 + l2 * xb[i]
+            while c < u and cols[c] < b1:
+                i = cols[c]
+                out[i] = gc[c] + l2 * x[i]
+                c += 1
 
 
 @njit(cache=True)

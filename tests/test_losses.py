@@ -97,3 +97,35 @@ def test_fused_gradient_has_the_bits_of_gradient_then_numpy(kind, seed, dense):
     want += 0.37 * g
     got = local_grad(obj, x, None, e.copy(), ACCUMULATE, gamma=0.37)
     assert np.array_equal(got, want) and np.array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fused_gradient_across_blocks(seed):
+    """The fused pass works block by block (``losses.OUT_BLOCK`` coordinates): touched columns at
+    both edges of blocks, a last partial block, blocks no row touches — the same bits as grad()
+    followed by numpy's expressions, in all three modes."""
+    from hpcgc.losses import ACCUMULATE, GRAD, MINUS, OUT_BLOCK
+    from hpcgc.problems import local_grad
+    rng = np.random.default_rng(300 + seed)
+    d = 3 * OUT_BLOCK + 17
+    m = 60
+    edges = [0, OUT_BLOCK - 1, OUT_BLOCK, 2 * OUT_BLOCK - 1, 3 * OUT_BLOCK, d - 1]
+    cols = np.concatenate([edges, rng.integers(0, OUT_BLOCK, 300), rng.integers(3 * OUT_BLOCK, d, 5)])
+    rows = rng.integers(0, m, cols.size)
+    A = sp.csr_matrix((rng.standard_normal(cols.size), (rows, cols)), shape=(m, d))
+    y = rng.choice([-1.0, 1.0], m)
+    obj = Objective("logreg", A, y, np.full(m, 1.0 / m), l2=0.3)
+    x = rng.standard_normal(d)
+    x[rng.random(d) < 0.1] = -0.0
+    h = rng.standard_normal(d)
+    e = rng.standard_normal(d)
+    e[rng.random(d) < 0.2] = -0.0
+    g = obj.grad(x)
+    out = np.full(d, np.nan)
+    assert np.array_equal(obj.grad_to(x, out, GRAD), g) and np.array_equal(np.signbit(out), np.signbit(g))
+    got = local_grad(obj, x, None, np.full(d, np.nan), MINUS, h)
+    assert np.array_equal(got, g - h) and np.array_equal(np.signbit(got), np.signbit(g - h))
+    want = e.copy()
+    want += 0.37 * g
+    got = local_grad(obj, x, None, e.copy(), ACCUMULATE, gamma=0.37)
+    assert np.array_equal(got, want) and np.array_equal(np.signbit(got), np.signbit(want))
