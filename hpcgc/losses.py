@@ -144,8 +144,8 @@ def _write_blocked(cols, gc, x, l2, mode, h, gamma, out):
     0.58 ms against 0.39 this way, ``scripts/phase-kernels.py``); gathering the touched columns
     *before* the dense pass (604f058, reverted) waited on memory for each of them. Every entry's
     value is the same expression as in one pass: ``0.0 + l2·x_i`` (or ``gc + l2·x_i``), then the
-    mode's operation; under ``ACCUMULATE`` the block's old values are kept in ``keep`` (L1) first,
-    since the fix-up needs them."""
+    mode's operation; under ``ACCUMULATE`` the block's new values go to ``keep`` (L1) first and are
+    copied into out after the fix-up, which needs out's old values."""
     u = cols.shape[0]
     d = out.shape[0]
     keep = np.empty(min(OUT_BLOCK, d) if mode == ACCUMULATE else 0)
@@ -165,13 +165,13 @@ def _write_blocked(cols, gc, x, l2, mode, h, gamma, out):
         elif mode == ACCUMULATE:
             kb = keep[:n]
             for i in range(n):
-                kb[i] = ob[i]
-            for i in range(n):
-                ob[i] = kb[i] + gamma * (0.0 + l2 * xb[i])
+                kb[i] = ob[i] + gamma * (0.0 + l2 * xb[i])
             while c < u and cols[c] < b1:
                 i = cols[c]
-                out[i] = keep[i - b0] + gamma * (gc[c] + l2 * x[i])
+                keep[i - b0] = out[i] + gamma * (gc[c] + l2 * x[i])
                 c += 1
+            for i in range(n):
+                ob[i] = kb[i]
         else:
             for i in range(n):
                 ob[i] = 0.0 + l2 * xb[i]
