@@ -1,5 +1,5 @@
 """The tables ``hpcgc run`` and ``hpcgc floor`` print on rank 0 from the runs' summaries
-(:class:`hpcgc.run.run.RunSummary`): the summary table, the spread over the runs of one configuration
+(:class:`hpcgc.run.finish.RunSummary`): the summary table, the spread over the runs of one configuration
 (repeats, seeds), and the floor table. Text only: no MPI, no data."""
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import pytest
 from hpcgc import algorithms, config
 from hpcgc.analysis.tables import node_bytes
 from hpcgc.errors import UserError
-from hpcgc.run.run import RunSummary
+from hpcgc.run.finish import RunSummary
 from hpcgc.run.setup import check
 from hpcgc.summary import summary_table
 from hpcgc.transport import TEST_RANKS_PER_NODE, ranks_per_node_setting

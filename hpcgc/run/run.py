@@ -7,7 +7,6 @@ computed on rank 0 only, on the global objective, outside the timed phases.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -20,9 +19,10 @@ from ..exchange.overlap import warning as overlap_warning
 from ..exchange.overlap_allgather import OverlapAllgather
 from ..exchange.overlap_gather import OverlapGather
 from ..problems import BINARY_KINDS
-from ..transport import LENGTH_BYTES, PHASES, Transport
+from ..transport import Transport
 from ..typed_state import StateMismatch
 from .checkpoint import Checkpointer, Policy, RunState
+from .finish import RunSummary, finish
 from .loop import iterate, warm_up
 from .observers import (
     Budgets,
@@ -44,41 +44,6 @@ DOWNLINK_STREAM = 0xD0A1
 NODE_RANK_STREAM = 0x40DE
 """First spawn key word of a node's non-leader rank's generator (``run.topology = "hierarchical"``;
 the leaders draw from ``spawn(nodes)[node]``, as the ranks of a flat run of that many ranks do)."""
-
-
-@dataclass
-class RunSummary:
-    run_id: str
-    algorithm: str
-    compressor: str
-    collective: str
-    status: str
-    stop_reason: str
-    iterations: int
-    suboptimality: float
-    mb_up: float
-    phase_ms: dict
-    median_iter_ms: float
-    wire_over_model: float
-    grad_ratio: float = np.nan          # ‖∇f(x)‖²/‖∇f(x⁰)‖² at the last evaluation (problems without f*)
-    floor_ms: float = np.nan            # the run's collectives alone, per iteration (--floor, hpcgc.floor)
-    floor_ratio: float = np.nan         # median_iter_ms / floor_ms
-    floor_collectives: str = ""         # the collective sequence the floor timed (rank 0's sizes)
-    floor_kernels_ms: float = np.nan    # the floor + the run's own kernels timed alone (hpcgc.floor.kernels)
-    floor_ratio_kernels: float = np.nan  # median_iter_ms / floor_kernels_ms
-    traffic: dict = field(default_factory=dict)   # rank 0's memory-traffic floor per phase (hpcgc.floor.traffic)
-    point: int = 0                      # the grid point (repeats of one point share it)
-    repeat: int = 0                     # 0 … run.repeats − 1
-    seed: int = 0
-    loop_s: float = np.nan              # rank 0's wall-clock in the iteration loop (seconds)
-    reached: bool = False               # stopped by run.tolerance: loop_s is the time to target
-    mb_inter: float = np.nan            # MB every rank handed to the run's collectives (between nodes)
-    mb_intra: float = np.nan            # MB sent inside the nodes (run.topology = "hierarchical"; flat: 0)
-    topology: str = "flat"
-
-    @property
-    def time_to_target_s(self) -> float:
-        return self.loop_s if self.reached else np.nan
 
 
 class ShardWatch(Watch):
@@ -392,7 +357,7 @@ class Run:
         if self.floor:
             from ..floor import run_floor
             floor = run_floor(self, t, done, state=(ws, ss, x, s.local, self.rng), clock=clock, seconds=self.floor)
-        return self._finish(rw, x, done, blew_up, clock, ledger, outcome, one_time, crossed, watch.last_row, floor)
+        return finish(self, rw, x, done, blew_up, clock, ledger, outcome, one_time, crossed, watch.last_row, floor)
 
     def _overflow(self, done: int) -> str | None:
         """Why the iterate became non-finite if a cast overflowed its wire type (collective, after
@@ -409,80 +374,6 @@ class Run:
             return (f"{self.comp.spec}: the {wire} Allreduce sum overflowed at coordinate {coord} at iteration "
                     f"{done} (every rank's value in range, their sum beyond it)")
         return None
-
-    def _finish(self, rw, x, done, blew_up, clock, ledger, outcome, one_time, crossed, last_row, floor=None):
-        """Tear-down (collective, untimed): sender-side ledger and per-iteration timings to rank 0,
-        the run's tables, the summary."""
-        s, t, r = self.s, self.t, self.r
-        evals = self.alg.grad_evals(self.ws) if self.ws is not None else np.nan
-        sent = t.gather_rows(np.array([float(t.up_bytes), evals, float(t.ledger.sum()), float(t.intra[0])]))
-        per_it = clock.per_iteration
-        per_rank = t.gather_rows(per_it[:done].ravel()) if per_it is not None else None
-        # without per-iteration times the summary's means are still over ranks: every rank's totals
-        totals = t.gather_rows(clock.totals) if per_it is None else None
-        if not t.is_root:
-            return None
-        n = s.n_workers
-        if blew_up and rw is not None:
-            # the divergent state is recorded as the last row so the file shows where it blew up
-            rw.append({"iteration": done, "loss": np.nan, "suboptimality": np.nan, "dist_to_opt": np.nan,
-                       "grad_norm_sq": np.nan, "accuracy": np.nan, "bits_up_model": ledger.model,
-                       "bits_up_wire": ledger.wire, "bits_received_wire": ledger.wire * np.nan,
-                       "bits_down_wire": ledger.down, "bits_down_model": ledger.down_model,
-                       "time": np.tile(clock.totals, (t.size, 1)) * np.nan,
-                       "mpi_bytes": np.tile(t.ledger, (t.size, 1)) * np.nan,
-                       "node_bytes": np.full((t.size, 4), np.nan)})
-        if rw is not None:
-            rw.write_table("workers", {
-                "rank": np.array(s.worker_ranks), "samples": s.samples,
-                "compression_ratio": np.where(np.isnan(self.ratios), 1.0, self.ratios),
-                "threshold": self.thresholds, "label_histogram": s.label_hist,
-                "one_time_bits": one_time["model"], "one_time_bits_wire": one_time["wire"],
-                "crossed_network": crossed, "smoothness": s.L_local,
-                "sender_bytes_up": sent[s.worker_ranks, 0], "grad_evals": sent[s.worker_ranks, 1]})
-            if per_rank is not None:
-                pr = per_rank.reshape(t.size, done, len(PHASES))
-                rw.write_table("per_iteration", {ph: pr[:, :, j].T.astype(np.float32)
-                                                 for j, ph in enumerate(PHASES)})
-        mean_ms = ({ph: 1e3 * float(totals[:, j].mean()) / max(done, 1) for j, ph in enumerate(PHASES)}
-                   if totals is not None else {})
-        if per_rank is not None and done:
-            pr = per_rank.reshape(t.size, done, len(PHASES))
-            mean_ms = {ph: 1e3 * float(pr[:, :, j].mean()) for j, ph in enumerate(PHASES)}
-            med_iter = 1e3 * float(np.median(pr[:, :, PHASES.index("iter")]))
-        else:
-            med_iter = mean_ms["iter"]
-        extra, traffic = {}, {}
-        if self.overlap_buckets:                 # run.overlap: rank 0's window (the break-even model's H)
-            extra["overlap_window_seconds"] = self.ex.window_seconds()
-        if floor is not None:
-            floor = dict(floor)
-            traffic = floor.pop("floor_traffic", {})         # printed by `floor`, not stored
-            extra = {**extra, **floor, "floor_ratio": 1e-3 * med_iter / floor["floor_seconds"]
-                     if floor["floor_seconds"] > 0 else np.nan}
-            fk = floor.get("floor_kernels_seconds", np.nan)
-            extra["floor_ratio_kernels"] = 1e-3 * med_iter / fk if fk > 0 else np.nan
-        if rw is not None:
-            rw.finish(outcome.status, outcome.reason, {"iterations_done": done, **self.checkpoint_cost, **extra},
-                      {"x_final": x})
-        model_total = ledger.model.sum()
-        header = 8 * LENGTH_BYTES * n * done if r["collective"] != "allreduce" else 0
-        return RunSummary(
-            run_id=self.rp.run_id, algorithm=r["algorithm"], compressor=self.comp.spec, collective=r["collective"],
-            status=outcome.status, stop_reason=outcome.reason, iterations=done,
-            suboptimality=float(last_row.get("suboptimality", np.nan)) if outcome.status not in ("diverged", "overflow") else np.nan,
-            mb_up=float(ledger.wire[crossed].sum()) / 8e6, phase_ms=mean_ms, median_iter_ms=med_iter,
-            wire_over_model=float(ledger.wire.sum() - header) / model_total if model_total else np.nan,
-            grad_ratio=(float(last_row.get("grad_norm_sq", np.nan)) / self.grad0
-                        if self.grad0 and outcome.status not in ("diverged", "overflow") else np.nan),
-            floor_ms=1e3 * extra.get("floor_seconds", np.nan), floor_ratio=extra.get("floor_ratio", np.nan),
-            floor_collectives=extra.get("floor_collectives", ""),
-            floor_kernels_ms=1e3 * extra.get("floor_kernels_seconds", np.nan),
-            floor_ratio_kernels=extra.get("floor_ratio_kernels", np.nan), traffic=traffic,
-            point=self.rp.index, repeat=self.rp.repeat,
-            seed=int(r["seed"]), loop_s=float(clock.totals[PHASES.index("iter")]),
-            reached=outcome.status == "completed" and outcome.reason.startswith("tolerance"),
-            mb_inter=float(sent[:, 2].sum()) / 1e6, mb_intra=float(sent[:, 3].sum()) / 1e6, topology=r["topology"])
 
     def estimated_bytes(self) -> int:
         """Upper estimate of this run's share of the results file (checked against free space)."""
