@@ -31,7 +31,9 @@ never in the bit ledger or the phase timers.
 the floor above plus the method's own kernels, each timed alone in a tight loop on copies of the
 finished run's state — on every worker rank the gradient and the message (``worker_compute`` +
 ``worker_encode``: Δ = g − h, the encode, the worker's own decode into its shift), on rank 0 the
-server step on the workers' real last messages (``server_step``: n decode-adds and the step). Per
+server step on the workers' real last messages (``server_step``: n decode-adds and the step, on
+one receive buffer as the run's Gatherv delivers them, so the step takes the run's path: one
+kernel call for the n decode-adds where the compressor has it, ``Prepared.add_many``). Per
 iteration that is the slowest rank's worker kernels plus rank 0's server step (a synchronous
 iteration waits for both). It is what a hand-written loop with the same kernels and collectives
 could not go below (``scripts/handwritten-loop.py``); hpcgc's median iteration over it is the ratio
@@ -45,6 +47,7 @@ import time
 
 import numpy as np
 
+from .exchange.base import Messages
 from .transport import LEDGER, CollectiveTimer
 
 SECONDS = 0.5
@@ -134,6 +137,8 @@ def kernels(run, transport, state, seconds: float = SECONDS) -> float:
     elif transport.is_root and ss is not None:
         me = {rk: i for i, rk in enumerate(run.s.worker_ranks)}
         msgs = [(me[rk], p) for rk, p in enumerate(payloads) if p is not None and rk in me]
+        if [i for i, _ in msgs] == list(range(len(me))):     # as the run's Gatherv delivers them
+            msgs = Messages.of([p for _, p in msgs])
         sbox = {}
 
         def step(i):

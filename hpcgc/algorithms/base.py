@@ -273,6 +273,32 @@ class Algorithm:
         and the states' arrays are contiguous float64 vectors of length d by construction."""
         return [c.prepared(self.d) for c in self.compressors]
 
+    @functools.cached_property
+    def _add_many(self):
+        """The workers' ``Prepared.add_many`` when they all share one compressor that has it, else None."""
+        first = self.compressors[0] if self.compressors else None
+        if first is None or any(c is not first for c in self.compressors):
+            return None
+        return self.codecs[0].add_many
+
+    def add_messages(self, out, messages) -> None:
+        """out += Σ_i w_i·C_i(payload_i) over ``messages`` [(worker i, payload)], added one after
+        another in their order (out_j = ((out_j + a_0j) + a_1j) + …): in one kernel call when
+        ``messages`` carries the receive buffer (:class:`hpcgc.exchange.base.Messages`, worker i =
+        the i-th message) and every worker's compressor declares ``Prepared.add_many``, else one
+        ``add`` per message — the same bits either way. A payload the kernel refuses is added (its
+        error raised) by its own ``add``, after the ones before it, as without the kernel."""
+        codecs, weights = self.codecs, self.weights
+        batch = getattr(messages, "batch", None)
+        many = self._add_many if batch is not None else None
+        if many is not None and len(batch[1]) == len(weights):
+            done = many(*batch, weights, out)
+            if done == len(weights):
+                return
+            messages = messages[done:]
+        for i, payload in messages:
+            codecs[i].add(payload, out, weights[i])
+
     def worker_encode(self, state, rng) -> np.ndarray:
         """Compress ``worker_message`` into the payload bytes, then ``worker_sent`` with it decoded."""
         codec = self.codecs[state.i]

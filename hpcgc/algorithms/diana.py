@@ -247,10 +247,9 @@ class Diana(Algorithm):
 
     def server_step(self, state: ServerState, messages) -> np.ndarray:
         """``messages``: iterable of (worker index, payload bytes). Updates and returns state.x."""
-        m, codecs, weights = state.m, self.codecs, self.weights
+        m = state.m
         m[:] = 0.0
-        for i, payload in messages:
-            codecs[i].add(payload, m, weights[i])
+        self.add_messages(m, messages)          # m = ((0 + w_0 C(Δ_0)) + w_1 C(Δ_1)) + …
         return self._step(state)
 
     def server_reduced(self, state: ServerState, add_sum) -> np.ndarray:

@@ -23,7 +23,7 @@ import numbers
 import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from .kernels import wire
 from .kernels.norms import NONFINITE, block_norms_linf, write_scales
 from .kernels.norms import OK as SCALES_OK
 from .params import REQUIRED, Param, format_value
+from .prepared import Prepared
 
 _F4, _F8, _U4 = struct.Struct("<f"), struct.Struct("<d"), struct.Struct("<I")
 _HEAD = struct.Struct(f"{wire.HEADER_BYTES}s")
@@ -69,29 +70,6 @@ def _ready_payload(payload, d) -> bool:
     """payload is already what ``_as_payload`` makes of it, for a valid int d."""
     return (type(payload) is np.ndarray and payload.dtype.char == "B" and payload.ndim == 1
             and payload.flags.c_contiguous and type(d) is int and 1 <= d <= wire.MAX_D)
-
-
-class Prepared(NamedTuple):
-    """A compressor bound to one dimension for a run's loop (:meth:`Compressor.prepared`)."""
-
-    encode: Callable        # (x, rng) -> payload: compress
-    add: Callable           # (payload, out, weight): out += weight * decompress(payload); returns the
-                            # indices it changed (sparse formats) or None (any entry may have changed)
-    entries: Callable | None = None   # (payload, weight) -> (indices, weight·values): a sparse message's
-                            # decoded entries, not added anywhere (increasing int64 indices, the float64
-                            # products add would add); None when the format has no such form
-    own: Callable | None = None       # add for the payload encode returned last, from what the encoder
-                            # kept (no decode); None: none kept (see add_own)
-    update: Callable | None = None    # (payload, D, S, alpha, weight): D += alpha * ((0 + weight *
-                            # decompress(payload)) - S) in one pass, without the decoded vector
-                            # (Compressor._fused_update; reduce-scatter's second stage,
-                            # ReduceScatter.recompress); None: not provided
-
-    def add_own(self, payload, out, weight):
-        """``add`` of the worker's own payload, just encoded (``worker_sent``): from the encoder's own
-        indices and wire values where the compressor keeps them (top-k: the same values, not decoded
-        again), else — or for any other payload — ``add``."""
-        return (self.own or self.add)(payload, out, weight)
 
 
 class Compressor(ABC):
@@ -312,7 +290,7 @@ class Compressor(ABC):
         self.validate(d)
         enc, add = self._codec_at(d)
         return Prepared(lambda x, rng: enc(x, draw_seed(rng)), add, self._entries_at(d), self._own_at(d, add),
-                        self._fused_update(d))
+                        self._fused_update(d), self._add_many_at(d))
 
     def _entries_at(self, d: int) -> Callable | None:
         """Hook of :meth:`prepared`: its ``entries`` callable at dimension d (a sparse format's
@@ -328,6 +306,12 @@ class Compressor(ABC):
         """Hook of :meth:`prepared`: ``Prepared.update`` at dimension d — the same bits as
         ``m = zeros; add(payload, m, weight); D += alpha * (m - S)`` from a decoder that never
         writes the d-vector m (the reduce-scatter owner's update of its D). Default None."""
+        return None
+
+    def _add_many_at(self, d: int) -> Callable | None:
+        """Hook of :meth:`prepared`: ``Prepared.add_many`` at dimension d — one kernel call that adds
+        many payloads of this format, the same bits as one ``add`` each, in order. Default None: a
+        format without it is added one payload at a time (the batch form is an optional fast path)."""
         return None
 
     def _codec_at(self, d: int) -> tuple:

@@ -35,8 +35,9 @@ from . import qsgd_elias
 from .base import Compressor
 from .kernels import simd, wire
 from .kernels.dither import qsgd_encode
+from .kernels.norms import BAD_HEADER as NORMS_BAD_HEADER
+from .kernels.norms import BAD_SCALE, checked_scales, n_blocks
 from .kernels.norms import OK as SCALES_OK
-from .kernels.norms import n_blocks
 from .params import FP64_PARAM, Param
 
 
@@ -184,6 +185,18 @@ class QSGD(BucketDither):
                 raise PayloadError(f"{self.name}: corrupted payload: quantization level above s={self.s}")
         return enc, add
 
+    def _add_many_at(self, d: int):
+        """code=fixed: ``Prepared.add_many`` by :func:`qsgd_add_many` (the decoder of ``add``, per
+        payload, inside one kernel call); code=elias: None."""
+        if self._elias:
+            return None
+        m, body, b = self._layout(d)
+        head, n, s, width, fp64 = self._header_array(d), wire.HEADER_BYTES + body, self.s, self._width, self._fp64
+
+        def add_many(buf, starts, lengths, weights, out):
+            return qsgd_add_many(buf, starts, lengths, weights, out, head, n, m, fp64, s, d, b, width)
+        return add_many
+
     def _fused_update(self, d: int):
         """code=fixed, one bucket or buckets that tile :data:`UPDATE_CHUNK`: :func:`qsgd_decode_update`
         (the payload is checked as by ``add``); else None."""
@@ -221,8 +234,9 @@ FIELDS_KIND = 2
 simd.register_row_values(FIELDS_KIND, _qsgd_row_values)
 
 
-BAD_NORM, BAD_LEVEL, BAD_HEADER = 1, 2, 3
-"""What :func:`qsgd_checked_decode` returns for an invalid payload (0: decoded)."""
+BAD_NORM, BAD_LEVEL, BAD_HEADER = BAD_SCALE, 2, NORMS_BAD_HEADER
+"""What :func:`qsgd_checked_decode` returns for an invalid payload (0: decoded): those of
+:func:`.kernels.norms.checked_scales` and BAD_LEVEL."""
 UPDATE_CHUNK = 32 * wire.FIELD_BLOCK
 """Entries decoded at a time by :func:`qsgd_decode_update` (256 KiB of float64: the chunk stays in
 the L2 cache between its decode and its use; 8–32 blocks measured alike, 1 block and the whole
@@ -236,38 +250,19 @@ def qsgd_checked_units(src, head, length, m, fp64, s, d, width):
     bucket norms after the header (little-endian float32, or float64 with ``fp64``) must be finite
     and ≥ 0 (else BAD_NORM), every level ≤ s (else BAD_LEVEL: the d fields that follow the norms,
     each ``width`` bits, level << 1 | sign). With status 0: units = the norms / s (float64) and the
-    offset of the fields. The norms are assembled from their bytes (any alignment)."""
-    empty = np.zeros(0)
-    if src.shape[0] != length:
-        return BAD_HEADER, empty, 0
-    scale_offset = head.shape[0]
-    for t in range(scale_offset):
-        if src[t] != head[t]:
-            return BAD_HEADER, empty, 0
-    nb = 8 if fp64 else 4
-    raw = np.zeros(m, dtype=np.uint64)
+    offset of the fields (:func:`.kernels.norms.checked_scales`, then the levels)."""
+    bad, units, offset = checked_scales(src, head, length, m, fp64)
+    if bad != 0:
+        return bad, units, 0
     for l in range(m):
-        w = np.uint64(0)
-        for t in range(nb):
-            w |= np.uint64(src[scale_offset + nb * l + t]) << np.uint64(8 * t)
-        raw[l] = w
-    if fp64:
-        units = raw.view(np.float64).copy()
-    else:
-        units = raw.astype(np.uint32).view(np.float32).astype(np.float64)
-    for l in range(m):
-        u = units[l]
-        if not (np.isfinite(u) and u >= 0.0):
-            return BAD_NORM, empty, 0
-        units[l] = u / s
-    offset = scale_offset + nb * m
+        units[l] = units[l] / s
     limit = 2 * s + 1
     if limit < (1 << width) - 1:                 # else every field value is a valid level
         if width == 1 or width == 2 or width == 4 or width == 8:
             if wire.swar_any_above(src, offset, (d * width + 7) // 8, width, limit):
-                return BAD_LEVEL, empty, 0
+                return BAD_LEVEL, units[:0], 0
         elif wire.fields_max(src, offset, d, width) > limit:
-            return BAD_LEVEL, empty, 0
+            return BAD_LEVEL, units[:0], 0
     return 0, units, offset
 
 
@@ -283,6 +278,20 @@ def qsgd_checked_decode(src, head, length, m, fp64, s, d, bucket, width, out, we
         return bad
     wire.blocked_decode(src, offset, d, bucket, units, 0, width, out, weight, accumulate, FIELDS_KIND)
     return 0
+
+
+@njit(cache=True)
+def qsgd_add_many(buf, starts, lengths, weights, out, head, length, m, fp64, s, d, bucket, width):
+    """:func:`qsgd_checked_decode` accumulating the payloads ``buf[starts[j]:starts[j] + lengths[j]]``
+    with ``weights[j]`` into ``out``, j = 0, 1, … in order (``Prepared.add_many``: the same calls
+    as one ``add`` per payload, without a Python call each). Returns the number of payloads added:
+    at the first invalid one it stops, that payload untouched."""
+    for j in range(starts.shape[0]):
+        a = starts[j]
+        if qsgd_checked_decode(buf[a:a + lengths[j]], head, length, m, fp64, s, d, bucket, width, out,
+                               weights[j], True) != 0:
+            return j
+    return starts.shape[0]
 
 
 @njit(cache=True)

@@ -34,9 +34,9 @@ from numba.core.extending import intrinsic
 from ..errors import PayloadError
 from .base import Compressor
 from .kernels import simd, wire
-from .kernels.norms import n_blocks
+from .kernels.norms import checked_scales, n_blocks
 from .kernels.prng import TWO32, uniforms32
-from .kernels.wire import CHUNK, TRIT_GROUP, TRITS_PER_BYTE, pack_trits, unpack_trits
+from .kernels.wire import CHUNK, TRIT_GROUP, TRITS_PER_BYTE, count_bad_trit_bytes, pack_trits, unpack_trits
 from .params import FP64_PARAM, Param
 
 
@@ -172,6 +172,43 @@ def ternary_unpack_decode(src, offset, d, block, scales, out, weight, accumulate
             l += 1
 
 
+BAD_TRITS = 2
+"""What :func:`quant_checked_decode` returns for a byte ≥ 243 or non-zero padding trits (besides
+:func:`.kernels.norms.checked_scales`' BAD_SCALE and BAD_HEADER)."""
+
+
+@njit(cache=True)
+def quant_checked_decode(src, head, length, m, fp64, d, block, out, weight):
+    """Check a quant payload — length and header, the m block norms (:func:`.kernels.norms.checked_scales`),
+    every trit byte < 243, zero padding trits after entry d — and only then add it into ``out``,
+    out += weight·value (:func:`ternary_unpack_decode`); returns 0, or the first failed check's
+    status with ``out`` untouched (the caller's :meth:`Quant._scales` then names it): the checks
+    and the decode of :meth:`Quant._decompress_add` in one call."""
+    bad, scales, offset = checked_scales(src, head, length, m, fp64)
+    if bad != 0:
+        return bad
+    nbytes = (d + TRITS_PER_BYTE - 1) // TRITS_PER_BYTE
+    if count_bad_trit_bytes(src, offset, nbytes):
+        return BAD_TRITS
+    tail = d % TRITS_PER_BYTE
+    if tail and src[offset + nbytes - 1] >= 3**tail:
+        return BAD_TRITS
+    ternary_unpack_decode(src, offset, d, block, scales, out, weight, True)
+    return 0
+
+
+@njit(cache=True)
+def quant_add_many(buf, starts, lengths, weights, out, head, length, m, fp64, d, block):
+    """:func:`quant_checked_decode` of the payloads ``buf[starts[j]:starts[j] + lengths[j]]`` with
+    ``weights[j]``, j = 0, 1, … in order (``Prepared.add_many``); returns the number added (it stops
+    at the first invalid payload, nothing of that one added)."""
+    for j in range(starts.shape[0]):
+        a = starts[j]
+        if quant_checked_decode(buf[a:a + lengths[j]], head, length, m, fp64, d, block, out, weights[j]) != 0:
+            return j
+    return starts.shape[0]
+
+
 class Quant(Compressor):
     """DIANA's block p-quantization Quant_p, p ∈ {2, ∞} (Mishchenko et al. 2019): ternary
     {−‖Δ(l)‖_p, 0, +‖Δ(l)‖_p} per block; ω = √b − 1 (p = 2) or (√b − 1)/2 (p = ∞)."""
@@ -243,8 +280,28 @@ class Quant(Compressor):
         return out
 
     def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
-        scales, b, offset = self._scales(payload, d)
-        ternary_unpack_decode(payload, offset, d, b, scales, out, weight, True)
+        self._codec_at(d)[1](payload, out, weight)
+
+    def _make_codec(self, d: int) -> tuple:
+        """The encoder, and an ``add`` that checks and decodes in one kernel call
+        (:func:`quant_checked_decode`; :meth:`_scales` names a failed check)."""
+        m, body = self._body_bytes(d)
+        head, n, b, fp64 = self._header_array(d), wire.HEADER_BYTES + body, self.block_size(d), self._fp64
+
+        def add(payload, out, weight):
+            if quant_checked_decode(payload, head, n, m, fp64, d, b, out, float(weight)) != 0:
+                self._scales(payload, d)            # raises the failed check's message
+                raise PayloadError(f"{self.name}: corrupted payload")
+        return self._compress, add
+
+    def _add_many_at(self, d: int):
+        """``Prepared.add_many``: :func:`quant_add_many` (the checks and decode of ``add``, per payload)."""
+        m, body = self._body_bytes(d)
+        head, n, b, fp64 = self._header_array(d), wire.HEADER_BYTES + body, self.block_size(d), self._fp64
+
+        def add_many(buf, starts, lengths, weights, out):
+            return quant_add_many(buf, starts, lengths, weights, out, head, n, m, fp64, d, b)
+        return add_many
 
 
 class TernGrad(Quant):

@@ -294,11 +294,13 @@ class RandK(FixedKSparse):
     )
     FORMAT_ID = 4
     unbiased = True
+    BATCH_ADD = True
 
     def _init(self) -> None:
         super()._init()
         self.shared_seed = self._params["shared_seed"]
         if self.shared_seed:
+            self.BATCH_ADD = False                                     # its own layout and decode
             self.collectives = ("gather", "allreduce", "allgather")   # not reduce-scatter: its second
             self.segment_wise = False                                  # stage draws on one rank only
             self.shared_randomness = True

@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import ConfigError, PayloadError
 from .base import Compressor
 from .kernels import wire
-from .kernels.elias_gaps import read_indices
+from .kernels.elias_gaps import DECODE_TABLE, read_indices, sparse_add_many
 from .kernels.norms import nonfinite_flag
 from .kernels.sparse import encode_indices, scatter_scaled, write_index_stream
 
@@ -187,6 +187,22 @@ class FixedKSparse(SparseCompressor):
         if self.VARIABLE_NNZ or getattr(self, "shared_seed", False):
             return None
         return wire.HEADER_BYTES + self._value_bytes(self.k) + wire.packed_bytes(self.k, wire.bits_for(d))
+
+    BATCH_ADD: ClassVar[bool] = False
+    """True when ``_decompress_add`` is :class:`SparseCompressor`'s on this layout (k plain values,
+    no count prefix): ``Prepared.add_many`` is then one kernel call for many payloads
+    (:func:`~.kernels.elias_gaps.sparse_add_many`, the same checks, products and sums). Rand-k
+    (without a shared seed) and top-k declare it."""
+
+    def _add_many_at(self, d: int) -> Callable | None:
+        if not self.BATCH_ADD or self.VARIABLE_NNZ or not self.PLAIN_VALUES:
+            return None
+        head, k, fp64, width, factor = (self._header_array(d), self.k, self._fp64, wire.bits_for(d),
+                                        float(self._scale(d, self.k)))
+
+        def add_many(buf, starts, lengths, weights, out):
+            return sparse_add_many(buf, starts, lengths, weights, out, head, k, fp64, width, d, factor, DECODE_TABLE)
+        return add_many
 
     def _check_k(self, d: int) -> None:
         if self.k > d:

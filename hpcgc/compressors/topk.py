@@ -289,6 +289,7 @@ class TopK(FixedKSparse):
     FORMAT_ID = 5
     unbiased = False
     deterministic = True
+    BATCH_ADD = True
 
     def omega(self, d: int) -> None:
         return None

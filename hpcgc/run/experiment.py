@@ -26,7 +26,8 @@ def warm_jit(specs, transport: Transport, sizes=(), kernels=()):
     threshold for d >= 2**16, a k that does not fit in 64), and a kernel first met inside a run's
     iteration would put its compilation or cache load into that iteration's time."""
     from ..compressors.kernels._numba_cache import WouldCompile, cache_only, init_target
-    from ..compressors.kernels.elias_gaps import elias_stream_bits
+    from ..compressors.kernels.elias_gaps import DECODE_TABLE, sparse_layout_bits
+    from ..exchange.base import Messages
     from ..problems import expit
 
     at_size = list({(c.spec, int(d)): (c, int(d)) for c, d in sizes}.values())
@@ -42,9 +43,15 @@ def warm_jit(specs, transport: Transport, sizes=(), kernels=()):
         out = np.zeros(d)
         c.decompress_add(p, d, out, 1.0)
         c.model_bits(p, d)
-        if c.sparse_layout(d) is not None:      # rank 0's bit accounting of such payloads (Exchange.account)
-            one = np.zeros(1, dtype=np.int64)
-            elias_stream_bits(p, one, one + p.size, one, d, np.empty(1, dtype=np.int64))
+        batch = Messages.of([p])                # rank 0's receive buffer: the transport's dtypes
+        many = c.prepared(d).add_many
+        if many is not None:                    # rank 0's decode-adds (Algorithm.add_messages)
+            many(*batch.batch, np.ones(1), out)
+        lay = c.sparse_layout(d)
+        if lay is not None:                     # rank 0's bit accounting of such payloads (Exchange.account)
+            one = np.ones(1, dtype=np.int64)
+            sparse_layout_bits(*batch.batch, np.zeros(1), one, one * lay[2], np.zeros(1), d, np.empty(1),
+                               DECODE_TABLE)
 
     def warm():
         expit(np.zeros(1))

@@ -34,6 +34,7 @@ from .sparse import (
     fixed_stream_bytes,
     indices_valid,
     reverse_bits,
+    scatter_scaled,
 )
 
 PREFIX_BITS = 7
@@ -189,6 +190,114 @@ def elias_stream_bits(buf, starts, ends, nnz, d: int, out) -> None:
     (:func:`elias_omega_decode_gaps`'s return: negative if the stream is invalid), for every m in
     one call: rank 0's bit accounting of the gathered payloads (``Exchange.account``)."""
     stream_bits(buf, starts, ends, nnz, d, out, DECODE_TABLE)
+
+
+@njit(cache=True)
+def sparse_layout_bits(buf, starts, counts, fixed, nnz, ioff, vbits, d, out, table):
+    """Rank 0's bit accounting of the workers' fixed-layout sparse payloads (``Exchange.account``;
+    ``Compressor.sparse_layout``) in one call: out[m] = the model bits of worker m's payload
+    ``buf[starts[m]:starts[m] + counts[m]]`` — fixed[m] (its value bits + nnz[m] fixed-width indices),
+    or, when its header's Elias flag is set, vbits[m] + the bits of its Elias-omega stream of nnz[m]
+    gaps from ioff[m] to the payload's end (:func:`decode_gaps`) —, or −1 where the message's own
+    formula must decide (a payload shorter than ioff[m], a stream the decoder refuses). Returns the
+    number of those."""
+    most = 0
+    for m in range(nnz.shape[0]):
+        most = max(most, nnz[m])
+    idx = np.empty(most, dtype=np.int64)
+    left = 0
+    for m in range(starts.shape[0]):
+        a = starts[m]
+        if counts[m] < ioff[m]:
+            out[m] = -1.0
+            left += 1
+        elif buf[a + wire.FLAGS_BYTE] & wire.FLAG_ELIAS:
+            got = decode_gaps(buf, a + ioff[m], a + counts[m], d, idx[:nnz[m]], table)
+            if got < 0:
+                out[m] = -1.0
+                left += 1
+            else:
+                out[m] = vbits[m] + got
+        else:
+            out[m] = fixed[m]
+    return left
+
+
+@njit(cache=True)
+def sparse_checked(src, head, k, fp64, width, d, idx, vals, raw, raw32, table):
+    """Check a fixed-count sparse payload (:class:`~hpcgc.compressors.sparse_base.FixedKSparse`: the
+    header, k plain values, the index stream; no count prefix) and decode it into ``idx`` (k int64)
+    and ``vals`` (the k values widened to float64; ``raw``, ``raw32``: k uint64 and uint32 of work); returns 0, or 1 at the first failed check
+    (the Python decoder, ``SparseCompressor._read_sparse`` and ``_read_values``, then names it).
+    The same checks: the header is ``head`` (the format's flags) or ``head`` with the Elias flag;
+    the payload holds the k values (float32, float64 with ``fp64``); the index stream ends the
+    payload — Elias-omega gaps (:func:`decode_gaps`) shorter than k·``width`` bits, or exactly the
+    fixed k ``width``-bit fields, strictly increasing in [0, d), zero padding bits —; every value
+    is finite. The values are assembled from their bytes (any alignment)."""
+    n = src.shape[0]
+    h = head.shape[0]
+    if n < h:
+        return 1
+    elias = False
+    for t in range(h):
+        if src[t] != head[t]:
+            if t == wire.FLAGS_BYTE and src[t] == (head[t] | wire.FLAG_ELIAS):
+                elias = True
+            else:
+                return 1
+    nb = 8 if fp64 else 4
+    iend = h + k * nb
+    if n < iend:
+        return 1
+    if elias:
+        status = decode_gaps(src, iend, n, d, idx, table)
+        if status < 0 or status >= k * width:
+            return 1
+    else:
+        if n - iend != (k * width + 7) // 8:
+            return 1
+        wire.unpack_fixed_width(src, iend, width, idx)
+        if not indices_valid(idx, d):
+            return 1
+        tail = (k * width) % 8
+        if tail and (src[n - 1] >> tail) != 0:
+            return 1
+    for i in range(k):
+        w = np.uint64(0)
+        for t in range(nb):
+            w |= np.uint64(src[h + nb * i + t]) << np.uint64(8 * t)
+        if fp64:
+            raw[i] = w
+        else:
+            raw32[i] = np.uint32(w)
+    if fp64:
+        vals[:] = raw.view(np.float64)
+    else:
+        vals[:] = raw32.view(np.float32)
+    for i in range(k):
+        if not np.isfinite(vals[i]):
+            return 1
+    return 0
+
+
+@njit(cache=True)
+def sparse_add_many(buf, starts, lengths, weights, out, head, k, fp64, width, d, factor, table):
+    """``Prepared.add_many`` of a fixed-count sparse format: for j = 0, 1, … in order, the payload
+    ``buf[starts[j]:starts[j] + lengths[j]]`` checked and decoded (:func:`sparse_checked`), then
+    out[idx] += (weights[j]·factor)·values (:func:`.sparse.scatter_scaled`, ``factor`` the
+    format's scale: d/k for rand-k, 1 for top-k) — the products and sums of one
+    ``SparseCompressor._decompress_add`` per payload. Returns the number added (it stops at the
+    first invalid payload, nothing of that one added)."""
+    idx = np.empty(k, dtype=np.int64)
+    vals = np.empty(k)
+    raw = np.empty(k, dtype=np.uint64)
+    raw32 = np.empty(k, dtype=np.uint32)
+    for j in range(starts.shape[0]):
+        a = starts[j]
+        if sparse_checked(buf[a:a + lengths[j]], head, k, fp64, width, d, idx, vals, raw, raw32, table) != 0:
+            return j
+        scatter_scaled(vals, idx, weights[j] * factor, out, True)
+    return starts.shape[0]
 
 
 def read_indices(payload: np.ndarray, offset: int, nnz: int, d: int, use_elias: bool,

@@ -173,3 +173,40 @@ def write_scales(x, block, norms, l2, fp64, head, payload):
         for t in range(nb):
             payload[h + nb * l + t] = np.uint8((w >> np.uint64(8 * t)) & np.uint64(0xFF))
     return OK
+
+
+BAD_SCALE, BAD_HEADER = 1, 3
+"""What :func:`checked_scales` returns for an invalid payload (0: valid); the block-scaled decoders
+number their own checks around these (``qsgd``: 2, a level above s; ``quant``: 2, a trit byte)."""
+
+
+@njit(cache=True)
+def checked_scales(src, head, length, m, fp64):
+    """(status, scales, offset) of a block-scaled payload, the receiving side of :func:`write_scales`:
+    it must be ``length`` bytes long and start with the header bytes ``head`` (else BAD_HEADER: the
+    caller names the mismatch); the m scales after the header (little-endian float32, or float64
+    with ``fp64``) must be finite and ≥ 0 (else BAD_SCALE). With status 0: the scales as float64 (a
+    new array) and the offset after them. The scales are assembled from their bytes (any alignment)."""
+    empty = np.zeros(0)
+    if src.shape[0] != length:
+        return BAD_HEADER, empty, 0
+    h = head.shape[0]
+    for t in range(h):
+        if src[t] != head[t]:
+            return BAD_HEADER, empty, 0
+    nb = 8 if fp64 else 4
+    raw = np.zeros(m, dtype=np.uint64)
+    for l in range(m):
+        w = np.uint64(0)
+        for t in range(nb):
+            w |= np.uint64(src[h + nb * l + t]) << np.uint64(8 * t)
+        raw[l] = w
+    if fp64:
+        scales = raw.view(np.float64).copy()
+    else:
+        scales = raw.astype(np.uint32).view(np.float32).astype(np.float64)
+    for l in range(m):
+        u = scales[l]
+        if not (np.isfinite(u) and u >= 0.0):
+            return BAD_SCALE, empty, 0
+    return 0, scales, h + nb * m
