@@ -210,3 +210,38 @@ def test_messages_is_the_list_it_replaces():
     assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(m, old))
     assert np.array_equal(m[2][1], pays[2]) and [i for i, _ in m[1:3]] == [1, 2]
     assert starts.dtype == np.int64 and lengths.dtype == np.int32      # the transport's dtypes
+
+
+@pytest.mark.parametrize("spec,d", [("randk:k=6", 30), ("randk:k=30", 30), ("randk:k=1", 1), ("randk:k=9,fp64=true", 1000),
+                                    ("randk:k=5", 1 << 20), ("randk:k=3000", 70_001)])
+def test_randk_one_kernel_encoder_same_bytes_and_own_add(spec, d):
+    """The worker's rand-k encoder in one kernel call (randk_encode: bitset or hashed sampling, Elias
+    or fixed indices) writes the bytes of the step-by-step path; the worker's own decode-add from
+    the kept indices (Prepared.add_own) adds what the decoder would."""
+    c = compressors.make(spec)
+    codec = c.prepared(d)
+    for s in range(4):
+        x = np.random.default_rng(s).standard_normal(d) * 10.0 ** (s - 2)
+        seed = np.uint64(0x9E3779B97F4A7C15 * (s + 1) % 2**64)
+        p = c._compress(x, seed)
+        assert p.tobytes() == c._compress_steps(x, seed).tobytes()
+        rng1, rng2 = np.random.default_rng(s), np.random.default_rng(s)
+        p = codec.encode(x, rng1)
+        assert p.tobytes() == c._compress_steps(x, np.uint64(rng2.bit_generator.random_raw())).tobytes()
+        start = np.random.default_rng(9).standard_normal(d)
+        want, got = start.copy(), start.copy()
+        codec.add(p, want, 0.37)
+        codec.add_own(p, got, 0.37)
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_randk_one_kernel_encoder_refuses_what_the_steps_refuse():
+    c = compressors.make("randk:k=30")
+    for bad, what in ((np.nan, "non-finite"), (1e300, "value range")):
+        x = np.ones(30)
+        x[7] = bad
+        with pytest.raises(ValueError) as e1:
+            c._compress_steps(x, np.uint64(5))
+        with pytest.raises(ValueError) as e2:
+            c._compress(x, np.uint64(5))
+        assert str(e1.value) == str(e2.value) and what in str(e2.value)

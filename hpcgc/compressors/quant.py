@@ -158,7 +158,7 @@ def ternary_unpack_decode(src, offset, d, block, scales, out, weight, accumulate
                     u3 = scales[(j + 3 * run) >> p] * w
                     u4 = scales[(j + 4 * run) >> p] * w
                 ternary_row(out, j, run, src, offset + g0 // TRITS_PER_BYTE + r, u0, u1, u2, u3, u4, accumulate)
-    trits = np.empty(CHUNK, dtype=np.uint8)
+    trits = np.empty(min(CHUNK, d - done), dtype=np.uint8)
     for c0 in range(done, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
         unpack_trits(src, offset + c0 // TRITS_PER_BYTE, trits[:c1 - c0])

@@ -33,7 +33,9 @@ from .kernels.sparse import (
     FINITE_CHUNK,
     cast_finite,
     chunk_nonfinite,
+    copy_stream_bytes,
     ctz64,
+    elias_omega_words,
     float_bits,
     gather_finite,
     popcount64,
@@ -276,6 +278,57 @@ def sample_and_gather(x: np.ndarray, seed, k: int, reuse: bool = False
     return idx, values, bool(ok)
 
 
+@njit(cache=True)
+def randk_encode(x, seed, k, bitset, head, fp64, width, work):
+    """The whole rand-k payload of float64 ``x`` in one call, the bytes of the step-by-step path
+    (:func:`sample_and_gather`, ``SparseCompressor._new_sparse_payload``, :func:`.kernels.sparse.cast_finite`):
+    the k-subset of ``seed`` (Floyd on a bitset when ``bitset``, :func:`use_bitset` (d, k), else
+    hashed) and x at it, checked finite in the same pass; the index stream in the smaller encoding
+    (Elias-omega gaps if shorter than k·``width`` bits, else fixed fields); the header ``head`` (its
+    Elias flag set for gaps); the values cast to the wire type. ``work``: uint64 work words
+    (the bitset's ⌈d/64⌉ if ``bitset``, k for the values, k·width // 64 + 2 for the Elias stream).
+    Returns (status, payload, indices): status 0; 1 x holds NaN/±Inf; 2 a value overflows float32
+    (then the payload is not valid)."""
+    d = x.shape[0]
+    kept = np.empty(k, dtype=np.int64)
+    keys = x.view(np.uint64)
+    mask = np.uint64(0x7FFFFFFFFFFFFFFF)
+    inf_bits = np.uint64(0x7FF0000000000000)
+    nw = (d + 63) >> 6 if bitset else 0
+    words = work[:nw]
+    values = work[nw:nw + k].view(np.float64)
+    ewords = work[nw + k:]
+    if bitset:
+        floyd_fill(d, seed, k, words)
+        ok = gather_bitset(x, keys, mask, inf_bits, words, kept, values)
+    else:
+        floyd_hashed_sorted(d, seed, kept)
+        ok = gather_finite(x, keys, mask, inf_bits, kept, values)
+    if not ok:
+        return 1, np.empty(0, dtype=np.uint8), kept
+    fixed = k * width
+    ibits = elias_omega_words(kept, ewords, fixed) if fixed > 0 else -1
+    elias = ibits >= 0
+    if not elias:
+        ibits = fixed
+    h = head.shape[0]
+    nb = 8 if fp64 else 4
+    voff = h
+    ioff = voff + k * nb
+    payload = np.empty(ioff + (ibits + 7) // 8, dtype=np.uint8)
+    payload[:h] = head
+    if elias:
+        payload[wire.FLAGS_BYTE] |= np.uint8(wire.FLAG_ELIAS)
+        copy_stream_bytes(ewords, ibits, payload, ioff)
+    else:
+        wire.pack_fixed_width(kept, width, payload, ioff)
+    if fp64:
+        ok = cast_finite(values, payload[voff:ioff].view(np.float64))
+    else:
+        ok = cast_finite(values, payload[voff:ioff].view(np.float32))
+    return (0 if ok else 2), payload, kept
+
+
 class RandK(FixedKSparse):
     """Rand-k sparsification: k uniform random coordinates scaled by d/k; ω = d/k − 1 (exact)."""
     collectives = ("gather", "allgather", "reduce-scatter")
@@ -348,6 +401,52 @@ class RandK(FixedKSparse):
         return super().sparse_layout(d)
 
     def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
+        if not self.shared_seed and x.dtype == np.float64:
+            return self._codec_at(x.shape[0])[0](x, seed)
+        return self._compress_steps(x, seed)
+
+    def _make_codec(self, d: int) -> tuple:
+        """Without a shared seed, an encoder of float64 x in one kernel call (:func:`randk_encode`;
+        the same bytes as :meth:`_compress_steps`), which keeps the payload's indices for the
+        worker's own decode-add (:meth:`_own_at`)."""
+        add = super()._make_codec(d)[1]
+        if self.shared_seed:
+            return self._compress_steps, add
+        k, bitset, head, fp64, width = self.k, bool(use_bitset(d, self.k)), self._header_array(d), self._fp64, \
+            wire.bits_for(d)
+        nwork = (((d + 63) >> 6) if bitset else 0) + k + (k * width) // 64 + 2
+
+        def enc(x, seed):
+            if x.dtype != np.float64:
+                return self._compress_steps(x, seed)
+            status, payload, kept = randk_encode(x, np.uint64(seed), k, bitset, head, fp64, width,
+                                                 scratch("randk-work", nwork, np.uint64))
+            if status == 1:
+                raise self._nonfinite_error(x)
+            if status == 2:
+                raise self._nonfinite_error(x, "value range (float32)")
+            self._kept = (payload, kept)
+            return payload
+        return enc, add
+
+    def _own_at(self, d: int, add):
+        """The worker's own payload, just encoded, added from the indices the encoder kept and the
+        payload's wire values — the entries and products ``add`` would decode (top-k does the
+        same) — without decoding its index stream again; any other payload: ``add``."""
+        if self.shared_seed:
+            return None
+        scale, voff, vend, dtype = d / self.k, wire.HEADER_BYTES, wire.HEADER_BYTES + self._value_bytes(self.k), \
+            self._dtype()
+
+        def own(payload, out, weight):
+            kept = self.__dict__.get("_kept")
+            if kept is None or kept[0] is not payload:
+                return add(payload, out, weight)
+            scatter_scaled(payload[voff:vend].view(dtype), kept[1], weight * scale, out, True)
+            return kept[1]
+        return own
+
+    def _compress_steps(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
         d = x.shape[0]
         seed32 = np.uint64(seed) & np.uint64(0xFFFFFFFF)
         idx, vals, finite = sample_and_gather(x, shared_sampling_seed(seed32) if self.shared_seed else seed,

@@ -367,8 +367,11 @@ def blocked_decode(src, offset, d, bucket, scales, b, width, out, weight, accumu
                 k, sh, nxt = row_words(i, width)
                 decode_row(out, pos, words, blk * wpl + k * LANES, blk * wpl + nxt * LANES if nxt >= 0 else -1,
                            sh, mask, scales[l] * w, b, accumulate, kind)
-    fields = np.empty(CHUNK, dtype=np.uint32)
-    tmp = np.empty(CHUNK)
+    if done == d:
+        return
+    size = min(CHUNK, -(-(d - done) // LANES) * LANES)     # rows of LANES: a small d allocates little
+    fields = np.empty(size, dtype=np.uint32)
+    tmp = np.empty(size)
     for c0 in range(done, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
         unpack_fields(src, offset + (c0 * width) // 8, width, fields[:c1 - c0])
