@@ -60,8 +60,8 @@ def ternary_dither_pack(x, block, scales, seed, out, offset):
     """Quant_p dithering of x with per-block scales, packed 5 trits per byte into ``out[offset:]``
     (⌈d/5⌉ bytes); trit 0: zero, 1: +scale, 2: −scale."""
     d = x.shape[0]
-    trits = np.empty(CHUNK, dtype=np.uint8)
-    u = np.empty(CHUNK, dtype=np.uint32)
+    trits = np.empty(min(CHUNK, d), dtype=np.uint8)
+    u = np.empty(min(CHUNK, d), dtype=np.uint32)
     for c0 in range(0, d, CHUNK):
         c1 = min(c0 + CHUNK, d)
         uniforms32(seed, c0, u[:c1 - c0])

@@ -163,7 +163,8 @@ def dither_pack(x, bucket, scales, b, width, seed, out, offset, kind):
     d = x.shape[0]
     if d == 0:
         return
-    u = np.empty(CHUNK, dtype=np.uint32)
+    rows = min(CHUNK, -(-d // LANES) * LANES)    # whole rows of LANES (fields_row reads u by rows)
+    u = np.empty(rows, dtype=np.uint32)          # d ≥ CHUNK whenever a full chunk is used: rows = CHUNK
     full = (d // CHUNK) * CHUNK if bucket >= d or bucket % LANES == 0 else 0
     wpl = width * LANES                          # words per block
     words = out[offset:offset + (full * width) // 8].view(np.uint32)
@@ -192,7 +193,7 @@ def dither_pack(x, bucket, scales, b, width, seed, out, offset, kind):
                 pack_row(words, wb + rk[i], wb + rn[i], rs[i], x, pos, u, pos - c0, p, b, kind)
                 pos += LANES
     if full < d:
-        fields = np.empty(CHUNK, dtype=np.uint32)
+        fields = np.empty(min(CHUNK, -(-(d - full) // LANES) * LANES), dtype=np.uint32)
         for c0 in range(full, d, CHUNK):
             c1 = min(c0 + CHUNK, d)
             dither_fields(x, c0, c1, bucket, scales, b, seed, fields, u, kind)

@@ -391,7 +391,7 @@ def blocked_decode(src, offset, d, bucket, scales, b, width, out, weight, accumu
 def fields_max(src, offset, n, width):
     """Largest of the ``n`` fields of the :func:`pack_fields` stream at ``src[offset:]`` (the
     decoders validate level fields with it before writing any output)."""
-    buf = np.empty(CHUNK, dtype=np.uint32)
+    buf = np.empty(min(CHUNK, n), dtype=np.uint32)
     m = np.uint32(0)
     for c0 in range(0, n, CHUNK):
         b = buf[:min(CHUNK, n - c0)]
