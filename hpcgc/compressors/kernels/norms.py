@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 _ABS32 = np.uint32(0x7FFFFFFF)
 _ABS64 = np.uint64(0x7FFFFFFFFFFFFFFF)
@@ -175,6 +177,22 @@ def write_scales(x, block, norms, l2, fp64, head, payload):
     return OK
 
 
+@intrinsic
+def float32_from_bits(typingctx, u):
+    """The float32 whose IEEE-754 bit pattern is the uint32 ``u`` (a register bitcast: no array)."""
+    if u != types.uint32:
+        return None
+    return types.float32(u), lambda context, builder, sig, args: builder.bitcast(args[0], ir.FloatType())
+
+
+@intrinsic
+def float64_from_bits(typingctx, u):
+    """The float64 whose IEEE-754 bit pattern is the uint64 ``u``."""
+    if u != types.uint64:
+        return None
+    return types.float64(u), lambda context, builder, sig, args: builder.bitcast(args[0], ir.DoubleType())
+
+
 BAD_SCALE, BAD_HEADER = 1, 3
 """What :func:`checked_scales` returns for an invalid payload (0: valid); the block-scaled decoders
 number their own checks around these (``qsgd``: 2, a level above s; ``quant``: 2, a trit byte)."""
@@ -186,27 +204,22 @@ def checked_scales(src, head, length, m, fp64):
     it must be ``length`` bytes long and start with the header bytes ``head`` (else BAD_HEADER: the
     caller names the mismatch); the m scales after the header (little-endian float32, or float64
     with ``fp64``) must be finite and ≥ 0 (else BAD_SCALE). With status 0: the scales as float64 (a
-    new array) and the offset after them. The scales are assembled from their bytes (any alignment)."""
-    empty = np.zeros(0)
+    new array) and the offset after them. The scales are assembled from their bytes (any alignment)
+    and reinterpreted in registers (:func:`float32_from_bits`): one allocation per call."""
+    scales = np.empty(m)
     if src.shape[0] != length:
-        return BAD_HEADER, empty, 0
+        return BAD_HEADER, scales[:0], 0
     h = head.shape[0]
     for t in range(h):
         if src[t] != head[t]:
-            return BAD_HEADER, empty, 0
+            return BAD_HEADER, scales[:0], 0
     nb = 8 if fp64 else 4
-    raw = np.zeros(m, dtype=np.uint64)
     for l in range(m):
         w = np.uint64(0)
         for t in range(nb):
             w |= np.uint64(src[h + nb * l + t]) << np.uint64(8 * t)
-        raw[l] = w
-    if fp64:
-        scales = raw.view(np.float64).copy()
-    else:
-        scales = raw.astype(np.uint32).view(np.float32).astype(np.float64)
-    for l in range(m):
-        u = scales[l]
+        u = float64_from_bits(w) if fp64 else np.float64(float32_from_bits(np.uint32(w)))
         if not (np.isfinite(u) and u >= 0.0):
-            return BAD_SCALE, empty, 0
+            return BAD_SCALE, scales[:0], 0
+        scales[l] = u
     return 0, scales, h + nb * m
