@@ -230,15 +230,8 @@ class EF(ErrorFeedback):
         sum is formed in message order either way (the same bits)."""
         codecs = self.codecs
         if all(codecs[i].entries is not None for i, _ in messages):
-            parts = [codecs[i].entries(payload, self.weights[i] * self.scales[i]) for i, payload in messages]
-            starts = np.zeros(len(parts) + 1, dtype=np.int64)
-            np.cumsum([p[0].shape[0] for p in parts], out=starts[1:])
-            idx = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts])
-            vals = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
-            block = getattr(self, "_block", None)
-            if block is None:
-                block = self._block = np.zeros(self.STEP_BLOCK)
-            sparse_step(state.x, idx, vals, starts, block)
+            idx, vals, starts = self._entries(messages, state.x)
+            sparse_step(state.x, idx, vals, starts, self._block)
             return state.x
         m = state.m
         try:
@@ -250,6 +243,23 @@ class EF(ErrorFeedback):
         state.x -= m
         m[:] = 0.0
         return state.x
+
+    def _entries(self, messages, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every message's decoded entries, one after the other in two work arrays of the server's
+        (room for Σ payload bytes / 4 entries: every value takes ≥ 4 bytes, ``Prepared.entries``),
+        and where each message starts; x's lines at the entries are asked for while decoding."""
+        need = sum(len(payload) for _, payload in messages) // 4 + 1
+        if getattr(self, "_idx", None) is None or self._idx.shape[0] < need:
+            self._idx, self._vals = np.empty(need, dtype=np.int64), np.empty(need)
+            self._block = np.zeros(self.STEP_BLOCK)
+        idx, vals, codecs = self._idx, self._vals, self.codecs
+        starts = np.zeros(len(messages) + 1, dtype=np.int64)
+        at = 0
+        for q, (i, payload) in enumerate(messages):
+            got = codecs[i].entries(payload, self.weights[i] * self.scales[i], (idx[at:], vals[at:]), x)[0]
+            at += got.shape[0]
+            starts[q + 1] = at
+        return idx[:at], vals[:at], starts
 
     def server_reduced(self, state: ServerState, add_sum) -> np.ndarray:
         """The same step from Σ_i w_i C(e_i) decoded from an Allreduce sum (one compressor, one s);

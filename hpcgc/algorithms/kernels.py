@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..compressors.kernels.sparse import prefetch
+from ..compressors.kernels.sparse import clz64, prefetch
 
 
 @njit(cache=True)
@@ -95,45 +95,63 @@ PREFETCH = 64
 
 
 @njit(cache=True)
+def block_ends(idx, starts, shift, nb):
+    """ends[i, b] = the first entry of message i (idx[starts[i]:starts[i + 1]], increasing) at or
+    past block b (coordinates ≥ b·2^shift), for b = 0 … nb: one branch-free pass over the entries
+    (each writes one past itself at its block + 1; the last write wins), then a running maximum."""
+    n = starts.shape[0] - 1
+    ends = np.zeros((n, nb + 1), dtype=np.int64)
+    for i in range(n):
+        for q in range(starts[i], starts[i + 1]):
+            ends[i, (np.uint64(idx[q]) >> np.uint64(shift)) + np.uint64(1)] = q + 1
+        ends[i, 0] = starts[i]
+        for b in range(1, nb + 1):
+            ends[i, b] = max(ends[i, b], ends[i, b - 1])
+    return ends
+
+
+@njit(cache=True)
 def sparse_step(x, idx, vals, starts, block):
     """x_j ← x_j − m_j with m_j = ((0.0 + v_0j) + v_1j) + … summed over the messages that hold j,
     in message order: EF's step from n sparse messages (Karimireddy et al. 2019, Alg. 2,
-    x ← x − Σ_i w_i C(e_i)). Message i is idx[starts[i]:starts[i + 1]] (increasing) with the
-    weighted values vals (w_i·s_i·value, float64) at the same places.
+    x ← x − Σ_i w_i C(e_i)). Message i is idx[starts[i]:starts[i + 1]] (increasing, in [0, d))
+    with the weighted values vals (w_i·s_i·value, float64) at the same places.
 
-    x is visited in blocks of len(block) coordinates (``block``: float64 work space, +0.0 on entry
-    and on return; a block of 4096 is 32 KiB, in L1): each message's entries in the block are added
-    into it in message order, then x_j −= block_j and block_j ← 0 at those entries — x is touched
-    once per entry, in ascending blocks, and no d-vector aggregate exists. The entries' x lines are
-    mostly not in cache (the gradient evicts x between steps) and their addresses are known ahead:
-    the first loop asks for the line PREFETCH entries ahead (:func:`~hpcgc.compressors.kernels.sparse.prefetch`).
-    The same bits as decoding every message into a zero d-vector m (m_j += v), then x −= m: at a
-    repeated j the second visit subtracts +0.0, which changes no float64 (``tests/test_step_kernels.py``)."""
+    x is visited in blocks of len(block) coordinates (``block``: float64 work space of a power of
+    two entries, +0.0 on entry and on return; 4096 is 32 KiB, in L1): the messages but the last
+    add their entries in the block into it in message order; the last message's entries complete
+    their sums and are applied at once, x_j ← x_j − (block_j + v), block_j ← 0; then the other
+    messages' entries x_j ← x_j − block_j, block_j ← 0 — x is touched once per entry, in ascending
+    blocks, and no d-vector aggregate exists. Where each message enters each block comes from one
+    branch-free pass (:func:`block_ends`). The entries' x lines are mostly not in cache (the
+    gradient evicts x between steps; EF's decode asks for them first) and their addresses are
+    known ahead: the loops ask for the line PREFETCH entries ahead
+    (:func:`~hpcgc.compressors.kernels.sparse.prefetch`). The same bits as decoding every message
+    into a zero d-vector m (m_j += v), then x −= m: at a repeated j the later visit subtracts
+    +0.0, which changes no float64 (``tests/test_step_kernels.py``)."""
     d = x.shape[0]
     n = starts.shape[0] - 1
+    if n == 0:
+        return
     bs = block.shape[0]
-    lo = starts[:n].copy()          # each message's first entry in the block
-    hi = starts[:n].copy()          # and one past its last
-    for i in range(n):
-        for q in range(starts[i], min(starts[i] + PREFETCH, starts[i + 1])):
-            prefetch(x, idx[q])
-    for b0 in range(0, d, bs):
-        b1 = b0 + bs
-        for i in range(n):          # the segments first: the loops below have known trip counts
-            q = lo[i]
-            end = starts[i + 1]
-            while q < end and idx[q] < b1:
-                q += 1
-            hi[i] = q
-        for i in range(n):
-            end = starts[i + 1]
-            for q in range(lo[i], hi[i]):
-                block[idx[q] - b0] += vals[q]
-                if q + PREFETCH < end:
-                    prefetch(x, idx[q + PREFETCH])
-        for i in range(n):
-            for q in range(lo[i], hi[i]):
-                j = idx[q]
+    shift = 63 - clz64(np.int64(bs))
+    nb = (d + bs - 1) >> shift
+    ends = block_ends(idx, starts, shift, nb)
+    last = n - 1
+    top = starts[n] - 1
+    for b in range(nb):
+        b0 = np.uint64(b) << np.uint64(shift)
+        for i in range(last):
+            for q in range(ends[i, b], ends[i, b + 1]):
+                block[np.uint64(idx[q]) - b0] += vals[q]
+                prefetch(x, idx[min(q + PREFETCH, top)])
+        for q in range(ends[last, b], ends[last, b + 1]):
+            j = np.uint64(idx[q])
+            x[j] = x[j] - (block[j - b0] + vals[q])
+            block[j - b0] = 0.0
+            prefetch(x, idx[min(q + PREFETCH, top)])
+        for i in range(last):
+            for q in range(ends[i, b], ends[i, b + 1]):
+                j = np.uint64(idx[q])
                 x[j] = x[j] - block[j - b0]
                 block[j - b0] = 0.0
-            lo[i] = hi[i]

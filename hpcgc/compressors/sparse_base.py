@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import ConfigError, PayloadError
 from .base import Compressor
 from .kernels import wire
-from .kernels.elias_gaps import DECODE_TABLE, read_indices, sparse_add_many
+from .kernels.elias_gaps import DECODE_TABLE, check_elias_status, read_indices, sparse_add_many, sparse_entries
 from .kernels.norms import nonfinite_flag
 from .kernels.sparse import encode_indices, scatter_scaled, write_index_stream
 
@@ -79,9 +79,9 @@ class SparseCompressor(Compressor):
         write_index_stream(idx, d, words, ibits, payload, voff + vbytes)
         return payload, voff, vbytes
 
-    def _read_sparse(self, payload, d: int) -> tuple[np.ndarray, int, int, np.ndarray, int]:
-        """Check header, count and index stream; returns (payload, values offset, nnz, indices,
-        index bits)."""
+    def _sparse_head(self, payload, d: int) -> tuple[np.ndarray, int, int, int]:
+        """Check header and count; returns (payload, values offset, nnz, flags) — the index
+        stream starts after the values (``_value_bytes(nnz)``)."""
         payload = self._as_payload(payload, d)
         head = payload[:wire.HEADER_BYTES].tobytes()
         if payload.size >= wire.HEADER_BYTES + self._prefix and head == self._header(d, self._flags):
@@ -99,12 +99,17 @@ class SparseCompressor(Compressor):
         else:
             nnz = self._nnz(d)
         voff = wire.HEADER_BYTES + self._prefix
-        vbytes = self._value_bytes(nnz)
-        if payload.size < voff + vbytes:
+        if payload.size < voff + self._value_bytes(nnz):
             raise PayloadError(f"{self.name}: payload truncated: {payload.size} bytes, shorter than "
                                f"its {nnz} values")
-        idx, ibits = read_indices(payload, voff + vbytes, nnz, d, bool(flags & wire.FLAG_ELIAS),
-                                  self.name)
+        return payload, voff, nnz, flags
+
+    def _read_sparse(self, payload, d: int) -> tuple[np.ndarray, int, int, np.ndarray, int]:
+        """Check header, count and index stream; returns (payload, values offset, nnz, indices,
+        index bits)."""
+        payload, voff, nnz, flags = self._sparse_head(payload, d)
+        idx, ibits = read_indices(payload, voff + self._value_bytes(nnz), nnz, d,
+                                  bool(flags & wire.FLAG_ELIAS), self.name)
         return payload, voff, nnz, idx, ibits
 
     def _read_values(self, payload: np.ndarray, voff: int, nnz: int) -> np.ndarray:
@@ -133,14 +138,38 @@ class SparseCompressor(Compressor):
     """The values are nnz floats of the wire type (False: natural-randk's encoded values)."""
 
     def _entries_at(self, d: int) -> Callable | None:
-        return (lambda payload, weight: self._entries(payload, d, weight)) if self.PLAIN_VALUES else None
+        if not self.PLAIN_VALUES:
+            return None
+        return lambda payload, weight, out=None, near=None: self._entries(payload, d, weight, out, near)
 
-    def _entries(self, payload: np.ndarray, d: int, weight: float) -> tuple[np.ndarray, np.ndarray]:
+    def _entries(self, payload: np.ndarray, d: int, weight: float, out=None, near=None
+                 ) -> tuple[np.ndarray, np.ndarray]:
         """(idx, weight·scale·values as float64): what :meth:`_decompress_add` adds at idx, the same
-        products (the float32 value widened, then multiplied), checked the same way."""
-        payload, voff, nnz, idx, _ = self._read_sparse(payload, d)
-        values = self._read_values(payload, voff, nnz)
-        return idx, np.multiply(values, weight * self._scale(d, nnz), dtype=np.float64)
+        products (the float32 value widened, then multiplied), checked the same way and in the same
+        order (index stream, then values). ``out``: a pair (int64, float64) of work arrays with room
+        for ``payload.size // 4`` entries (every value takes ≥ 4 bytes) — the result is then their
+        first nnz entries, else fresh arrays; ``near``: a float64 array whose cache lines at the
+        decoded indices are asked for while the stream decodes (the vector they will update).
+        An Elias-omega stream is decoded with the values in one kernel call
+        (:func:`~.kernels.elias_gaps.sparse_entries`), without temporaries."""
+        payload, voff, nnz, flags = self._sparse_head(payload, d)
+        vbytes = self._value_bytes(nnz)
+        if out is None:
+            idx, vals = np.empty(nnz, dtype=np.int64), np.empty(nnz, dtype=np.float64)
+        else:
+            idx, vals = out[0][:nnz], out[1][:nnz]
+        scale = weight * self._scale(d, nnz)
+        if not flags & wire.FLAG_ELIAS:
+            got, _ = read_indices(payload, voff + vbytes, nnz, d, False, self.name)
+            idx[:] = got
+            np.multiply(self._read_values(payload, voff, nnz), scale, out=vals, dtype=np.float64)
+            return idx, vals
+        values = wire.read_array(payload, voff, nnz, self._dtype())
+        status, finite = sparse_entries(payload, voff + vbytes, d, values, scale, idx, vals, near)
+        check_elias_status(status, nnz, d, self.name)
+        if not finite:
+            raise PayloadError(f"{self.name}: corrupted payload: non-finite value")
+        return idx, vals
 
     def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> np.ndarray:
         """out[idx] += weight·scale·values; returns idx (increasing: the only entries of out it
@@ -208,6 +237,6 @@ class FixedKSparse(SparseCompressor):
         if self.k > d:
             raise PayloadError(f"{self.name}: requested d={d} is smaller than k={self.k}")
 
-    def _read_sparse(self, payload, d):
+    def _sparse_head(self, payload, d):
         self._check_k(d)
-        return super()._read_sparse(payload, d)
+        return super()._sparse_head(payload, d)

@@ -52,6 +52,9 @@ def warm_jit(specs, transport: Transport, sizes=(), kernels=()):
             one = np.ones(1, dtype=np.int64)
             sparse_layout_bits(*batch.batch, np.zeros(1), one, one * lay[2], np.zeros(1), d, np.empty(1),
                                DECODE_TABLE)
+        entries = c.prepared(d).entries
+        if entries is not None:                 # EF's sparse step: the entries into work arrays, x's lines asked for
+            entries(p, 1.0, (np.empty(p.size, dtype=np.int64), np.empty(p.size)), out)
 
     def warm():
         expit(np.zeros(1))

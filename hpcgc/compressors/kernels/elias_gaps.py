@@ -33,6 +33,7 @@ from .sparse import (
     bitreverse64,
     fixed_stream_bytes,
     indices_valid,
+    prefetch,
     reverse_bits,
     scatter_scaled,
 )
@@ -90,8 +91,11 @@ def load_u64(typingctx, src, pos):
 
 
 @njit(cache=True)
-def decode_gaps(src, offset, end, d, idx, table):
-    """:func:`elias_omega_decode_gaps` with the decode table as an argument (the kernel).
+def decode_gaps(src, offset, end, d, idx, table, near=None):
+    """:func:`elias_omega_decode_gaps` with the decode table as an argument (the kernel); with an
+    array ``near``, the cache line of near[j] is asked for as each index j is decoded
+    (:func:`~.sparse.prefetch`: a hint — the vector the entries will be applied to, whose lines
+    then arrive while the rest of the stream decodes).
 
     While 8 bytes remain, the window is refilled by one unaligned 64-bit load (≥ 56 valid bits
     after it); a code whose gap is < 2^16 (≤ 23 bits) is then decoded from the table entry of its
@@ -154,6 +158,8 @@ def decode_gaps(src, offset, end, d, idx, table):
         j = prev + n
         if j >= d:
             return ERR_RANGE
+        if near is not None:
+            prefetch(near, j)
         idx[i] = j
         prev = j
     if pos < end or nbuf >= 8:  # whole bytes after the last code (loaded ahead or not)
@@ -172,6 +178,27 @@ def elias_omega_decode_gaps(src, offset: int, end: int, d: int, idx) -> int:
     ``src[offset:end]``.
     """
     return decode_gaps(src, offset, end, d, idx, DECODE_TABLE)
+
+
+@njit(cache=True)
+def decode_entries(src, ioff, end, d, idx, values, scale, vals, table, near=None):
+    """The decoded entries of a sparse message with an Elias-omega index stream, in one call:
+    idx ← the len(idx) indices of ``src[ioff:end]`` (:func:`decode_gaps`, prefetching ``near``'s
+    lines when given), then vals[i] = float64(values[i])·scale — the products of numpy's
+    ``np.multiply(values, scale, dtype=np.float64)`` — and whether every value is finite.
+    Returns (the stream's status as :func:`decode_gaps` returns it, finite)."""
+    status = decode_gaps(src, ioff, end, d, idx, table, near)
+    bad = False
+    for i in range(values.shape[0]):
+        v = values[i]
+        bad |= (v != v) | (abs(v) == np.inf)
+        vals[i] = np.float64(v) * scale
+    return status, not bad
+
+
+def sparse_entries(payload, ioff: int, d: int, values, scale: float, idx, vals, near=None) -> tuple[int, bool]:
+    """:func:`decode_entries` with this module's decode table (``SparseCompressor._entries``)."""
+    return decode_entries(payload, ioff, payload.size, d, idx, values, scale, vals, DECODE_TABLE, near)
 
 
 @njit(cache=True)
@@ -300,6 +327,16 @@ def sparse_add_many(buf, starts, lengths, weights, out, head, k, fp64, width, d,
     return starts.shape[0]
 
 
+def check_elias_status(status: int, nnz: int, d: int, who: str) -> None:
+    """Raise PayloadError for a decoded Elias-omega stream's status (negative: the decoder's error)
+    or for a stream not shorter than the fixed-width indices (the flag would not have been set)."""
+    if status < 0:
+        raise PayloadError(f"{who}: corrupted payload: {_MESSAGES[int(status)]}")
+    if status >= nnz * wire.bits_for(d):
+        raise PayloadError(f"{who}: corrupted payload: Elias-omega flag set but the stream is "
+                           f"not shorter than fixed-width indices")
+
+
 def read_indices(payload: np.ndarray, offset: int, nnz: int, d: int, use_elias: bool,
                  who: str) -> tuple[np.ndarray, int]:
     """Decode and validate the index stream at ``payload[offset:]``, which must end exactly at the
@@ -308,11 +345,7 @@ def read_indices(payload: np.ndarray, offset: int, nnz: int, d: int, use_elias: 
     end = payload.size
     if use_elias:
         status = int(elias_omega_decode_gaps(payload, offset, end, d, idx))
-        if status < 0:
-            raise PayloadError(f"{who}: corrupted payload: {_MESSAGES[status]}")
-        if status >= nnz * wire.bits_for(d):
-            raise PayloadError(f"{who}: corrupted payload: Elias-omega flag set but the stream is "
-                               f"not shorter than fixed-width indices")
+        check_elias_status(status, nnz, d, who)
         return idx, status
     need = fixed_stream_bytes(nnz, d)
     if end - offset != need:
