@@ -144,5 +144,5 @@ def test_own_add_has_the_bits_of_decoding_the_own_payload(spec, d):
         codec.add(payload, want, -0.75)
         touched = codec.add_own(payload, got, -0.75)
         assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
-        assert np.array_equal(touched, codec.entries(payload, 1.0)[0])
+        assert np.array_equal(touched, codec.entries(payload, 1.0).decode()[0])
     assert codec.own is not None

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..compressors.sparse_base import decode_entries
 from ..errors import ConfigError
 from ..losses import ACCUMULATE
 from ..problems import local_grad
@@ -245,21 +246,16 @@ class EF(ErrorFeedback):
         return state.x
 
     def _entries(self, messages, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every message's decoded entries, one after the other in two work arrays of the server's
-        (room for Σ payload bytes / 4 entries: every value takes ≥ 4 bytes, ``Prepared.entries``),
-        and where each message starts; x's lines at the entries are asked for while decoding."""
-        need = sum(len(payload) for _, payload in messages) // 4 + 1
+        """Every message's decoded entries (``Prepared.entries``, :func:`~hpcgc.compressors.sparse_base.decode_entries`),
+        one after the other in two work arrays of the server's, and where each message starts;
+        x's lines at the entries are asked for while decoding."""
+        parts = [self.codecs[i].entries(payload, self.weights[i] * self.scales[i]) for i, payload in messages]
+        need = sum(p.nnz for p in parts)
         if getattr(self, "_idx", None) is None or self._idx.shape[0] < need:
             self._idx, self._vals = np.empty(need, dtype=np.int64), np.empty(need)
             self._block = np.zeros(self.STEP_BLOCK)
-        idx, vals, codecs = self._idx, self._vals, self.codecs
-        starts = np.zeros(len(messages) + 1, dtype=np.int64)
-        at = 0
-        for q, (i, payload) in enumerate(messages):
-            got = codecs[i].entries(payload, self.weights[i] * self.scales[i], (idx[at:], vals[at:]), x)[0]
-            at += got.shape[0]
-            starts[q + 1] = at
-        return idx[:at], vals[:at], starts
+        starts = decode_entries(parts, self._idx, self._vals, x)
+        return self._idx[:need], self._vals[:need], starts
 
     def server_reduced(self, state: ServerState, add_sum) -> np.ndarray:
         """The same step from Σ_i w_i C(e_i) decoded from an Allreduce sum (one compressor, one s);

@@ -5,14 +5,15 @@ dither+ (:mod:`hpcgc.compressors`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
 from ..errors import ConfigError, PayloadError
 from .base import Compressor
 from .kernels import wire
-from .kernels.elias_gaps import DECODE_TABLE, check_elias_status, read_indices, sparse_add_many, sparse_entries
+from .kernels.elias_gaps import DECODE_TABLE, check_elias_status, decode_entries_pair, read_indices, sparse_add_many
+from .kernels.elias_gaps import decode_entries as decode_entries_kernel
 from .kernels.norms import nonfinite_flag
 from .kernels.sparse import encode_indices, scatter_scaled, write_index_stream
 
@@ -33,6 +34,71 @@ class DecodeSparse:
     def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> None:
         idx, vals, _ = self.decode_sparse(payload, d)
         out[idx] += weight * vals
+
+
+class Entries(NamedTuple):
+    """A sparse message (plain float values) whose header and count are checked and whose entries
+    :func:`decode_entries` decodes: (indices, weight·scale·values as float64) — what
+    ``_decompress_add`` adds at the indices, the same products (the wire value widened, then
+    multiplied), checked the same way and in the same order (index stream, then values).
+    ``Prepared.entries(payload, weight)`` of the sparse formats (top-k, rand-k with sent indices,
+    threshold): EF's server step."""
+    payload: np.ndarray
+    ioff: int               # the index stream: payload[ioff:]
+    nnz: int
+    values: np.ndarray      # the wire values (a view of the payload)
+    scale: float            # weight · the format's scale
+    elias: bool             # Elias-omega gaps (else fixed-width indices)
+    who: str
+    d: int
+
+    def decode(self) -> tuple[np.ndarray, np.ndarray]:
+        """(indices, scaled values) in new arrays."""
+        idx, vals = np.empty(self.nnz, dtype=np.int64), np.empty(self.nnz)
+        decode_entries([self], idx, vals)
+        return idx, vals
+
+
+def decode_entries(messages, idx: np.ndarray, vals: np.ndarray, near: np.ndarray | None = None) -> np.ndarray:
+    """Decode the :class:`Entries` ``messages`` one after another into idx (int64) and vals
+    (float64), which have room for Σ nnz; returns where each starts (n + 1 offsets). Elias-omega
+    streams are decoded two at a time in lockstep (:func:`~.kernels.elias_gaps.decode_entries_pair`:
+    two independent chains), each with its values in the same kernel call; ``near``: a float64
+    array whose cache lines at the decoded indices are asked for while decoding (the vector the
+    entries will update). Raises PayloadError for the first invalid message, in message order."""
+    starts = np.zeros(len(messages) + 1, dtype=np.int64)
+    for q, m in enumerate(messages):
+        starts[q + 1] = starts[q] + m.nnz
+    waiting = None
+    for q, m in enumerate(messages):
+        a, b = starts[q], starts[q + 1]
+        if not m.elias:
+            if waiting is not None:
+                _decoded(waiting[0], *decode_entries_kernel(*waiting[1:], m.d, DECODE_TABLE, near))
+                waiting = None
+            got, _ = read_indices(m.payload, m.ioff, m.nnz, m.d, False, m.who)
+            idx[a:b] = got
+            _decoded(m, 0, not nonfinite_flag(m.values))
+            np.multiply(m.values, m.scale, out=vals[a:b], dtype=np.float64)
+        elif waiting is None:
+            waiting = (m, m.payload, m.ioff, idx[a:b], m.values, m.scale, vals[a:b])
+        else:
+            w = waiting
+            sa, fa, sb, fb = decode_entries_pair(*w[1:], m.payload, m.ioff, idx[a:b], m.values, m.scale, vals[a:b],
+                                                 m.d, DECODE_TABLE, near)
+            _decoded(w[0], sa, fa)
+            _decoded(m, sb, fb)
+            waiting = None
+    if waiting is not None:
+        _decoded(waiting[0], *decode_entries_kernel(*waiting[1:], waiting[0].d, DECODE_TABLE, near))
+    return starts
+
+
+def _decoded(m: Entries, status: int, finite: bool) -> None:
+    if m.elias:
+        check_elias_status(int(status), m.nnz, m.d, m.who)
+    if not finite:
+        raise PayloadError(f"{m.who}: corrupted payload: non-finite value")
 
 
 class SparseCompressor(Compressor):
@@ -138,38 +204,13 @@ class SparseCompressor(Compressor):
     """The values are nnz floats of the wire type (False: natural-randk's encoded values)."""
 
     def _entries_at(self, d: int) -> Callable | None:
-        if not self.PLAIN_VALUES:
-            return None
-        return lambda payload, weight, out=None, near=None: self._entries(payload, d, weight, out, near)
+        return (lambda payload, weight: self._entries(payload, d, weight)) if self.PLAIN_VALUES else None
 
-    def _entries(self, payload: np.ndarray, d: int, weight: float, out=None, near=None
-                 ) -> tuple[np.ndarray, np.ndarray]:
-        """(idx, weight·scale·values as float64): what :meth:`_decompress_add` adds at idx, the same
-        products (the float32 value widened, then multiplied), checked the same way and in the same
-        order (index stream, then values). ``out``: a pair (int64, float64) of work arrays with room
-        for ``payload.size // 4`` entries (every value takes ≥ 4 bytes) — the result is then their
-        first nnz entries, else fresh arrays; ``near``: a float64 array whose cache lines at the
-        decoded indices are asked for while the stream decodes (the vector they will update).
-        An Elias-omega stream is decoded with the values in one kernel call
-        (:func:`~.kernels.elias_gaps.sparse_entries`), without temporaries."""
+    def _entries(self, payload: np.ndarray, d: int, weight: float) -> Entries:
+        """The message's header and count checked, its entries not decoded yet (:class:`Entries`)."""
         payload, voff, nnz, flags = self._sparse_head(payload, d)
-        vbytes = self._value_bytes(nnz)
-        if out is None:
-            idx, vals = np.empty(nnz, dtype=np.int64), np.empty(nnz, dtype=np.float64)
-        else:
-            idx, vals = out[0][:nnz], out[1][:nnz]
-        scale = weight * self._scale(d, nnz)
-        if not flags & wire.FLAG_ELIAS:
-            got, _ = read_indices(payload, voff + vbytes, nnz, d, False, self.name)
-            idx[:] = got
-            np.multiply(self._read_values(payload, voff, nnz), scale, out=vals, dtype=np.float64)
-            return idx, vals
-        values = wire.read_array(payload, voff, nnz, self._dtype())
-        status, finite = sparse_entries(payload, voff + vbytes, d, values, scale, idx, vals, near)
-        check_elias_status(status, nnz, d, self.name)
-        if not finite:
-            raise PayloadError(f"{self.name}: corrupted payload: non-finite value")
-        return idx, vals
+        return Entries(payload, voff + self._value_bytes(nnz), nnz, wire.read_array(payload, voff, nnz, self._dtype()),
+                       weight * self._scale(d, nnz), bool(flags & wire.FLAG_ELIAS), self.name, d)
 
     def _decompress_add(self, payload: np.ndarray, d: int, out: np.ndarray, weight: float) -> np.ndarray:
         """out[idx] += weight·scale·values; returns idx (increasing: the only entries of out it

@@ -53,8 +53,11 @@ def warm_jit(specs, transport: Transport, sizes=(), kernels=()):
             sparse_layout_bits(*batch.batch, np.zeros(1), one, one * lay[2], np.zeros(1), d, np.empty(1),
                                DECODE_TABLE)
         entries = c.prepared(d).entries
-        if entries is not None:                 # EF's sparse step: the entries into work arrays, x's lines asked for
-            entries(p, 1.0, (np.empty(p.size, dtype=np.int64), np.empty(p.size)), out)
+        if entries is not None:                 # EF's sparse step: one message and a pair, x's lines asked for
+            from ..compressors.sparse_base import decode_entries
+            two = [entries(p, 1.0), entries(p, 1.0)]
+            decode_entries(two[:1], np.empty(p.size, dtype=np.int64), np.empty(p.size), out)
+            decode_entries(two, np.empty(p.size, dtype=np.int64), np.empty(p.size), out)
 
     def warm():
         expit(np.zeros(1))

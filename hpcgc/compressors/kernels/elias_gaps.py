@@ -104,13 +104,17 @@ def decode_gaps(src, offset, end, d, idx, table, near=None):
     stream's end, take the bit-by-bit path from the same state: every stream decodes to the same
     indices, bit count and status as with the bit-by-bit decoder alone (``tests/elias_ref.py``).
     Bits of ``buf`` above ``nbuf`` are 0 or the stream's next bits (a refill ORs them in again)."""
-    buf = np.uint64(0)
-    nbuf = 0                    # valid bits at the bottom of buf, next stream bit = bit 0
-    pos = offset                # next byte to load
-    prev = -1
+    return decode_from(src, offset, end, d, idx, table, near, 0, np.uint64(0), 0, offset, -1)
+
+
+@njit(cache=True)
+def decode_from(src, offset, end, d, idx, table, near, i0, buf, nbuf, pos, prev):
+    """:func:`decode_gaps` from a state of its loop: idx[:i0] decoded, the window ``buf`` with
+    ``nbuf`` valid bits, the next byte ``pos`` and the last index ``prev`` (:func:`decode_pair`
+    hands over its two streams' states here)."""
     low = np.uint64((1 << PREFIX_BITS) - 1)
     one64 = np.uint64(1)
-    for i in range(idx.shape[0]):
+    for i in range(i0, idx.shape[0]):
         if pos + 8 <= end:      # branch-free refill: whole bytes up to 56..63 valid bits
             buf |= load_u64(src, pos) << np.uint64(nbuf)
             pos += (63 - nbuf) >> 3
@@ -181,24 +185,83 @@ def elias_omega_decode_gaps(src, offset: int, end: int, d: int, idx) -> int:
 
 
 @njit(cache=True)
-def decode_entries(src, ioff, end, d, idx, values, scale, vals, table, near=None):
-    """The decoded entries of a sparse message with an Elias-omega index stream, in one call:
-    idx ← the len(idx) indices of ``src[ioff:end]`` (:func:`decode_gaps`, prefetching ``near``'s
-    lines when given), then vals[i] = float64(values[i])·scale — the products of numpy's
-    ``np.multiply(values, scale, dtype=np.float64)`` — and whether every value is finite.
-    Returns (the stream's status as :func:`decode_gaps` returns it, finite)."""
-    status = decode_gaps(src, ioff, end, d, idx, table, near)
+def decode_pair(a_src, a_off, a_end, a_idx, b_src, b_off, b_end, b_idx, d, table, near):
+    """(status of a, status of b): :func:`decode_gaps` of two streams, ``a_src[a_off:a_end]`` into
+    ``a_idx`` and ``b_src[b_off:b_end]`` into ``b_idx``, in lockstep — one code of each per round,
+    two independent chains of dependent operations instead of one after the other, so that each
+    hides the other's latency. The rounds take the table path only (both windows refilled by one
+    load, both codes short); at the first code that would not, or at the shorter stream's end,
+    each stream goes on alone from its state (:func:`decode_from`): the same indices, bit counts
+    and statuses as two calls of :func:`decode_gaps`."""
+    low = np.uint64((1 << PREFIX_BITS) - 1)
+    one = np.uint64(1)
+    abuf, bbuf = np.uint64(0), np.uint64(0)
+    anb, bnb = 0, 0
+    apos, bpos = a_off, b_off
+    aprev, bprev = -1, -1
+    n = min(a_idx.shape[0], b_idx.shape[0])
+    i = 0
+    while i < n and apos + 8 <= a_end and bpos + 8 <= b_end:
+        abuf |= load_u64(a_src, apos) << np.uint64(anb)
+        apos += (63 - anb) >> 3
+        anb |= 56
+        bbuf |= load_u64(b_src, bpos) << np.uint64(bnb)
+        bpos += (63 - bnb) >> 3
+        bnb |= 56
+        ea = table[abuf & low]
+        eb = table[bbuf & low]
+        la, lb = np.int64(ea & 31), np.int64(eb & 31)
+        if ((abuf >> np.uint64(la - 1)) & one) != 0 or ((bbuf >> np.uint64(lb - 1)) & one) != 0:
+            break               # a long code: bit by bit, alone (≥ 56 valid bits ≥ every table code)
+        ja = aprev + np.int64(((bitreverse64(abuf >> np.uint64((ea >> 5) & 31))
+                                >> np.uint64(63 - ((ea >> 10) & 31))) >> one) | np.uint64(ea >> 15))
+        jb = bprev + np.int64(((bitreverse64(bbuf >> np.uint64((eb >> 5) & 31))
+                                >> np.uint64(63 - ((eb >> 10) & 31))) >> one) | np.uint64(eb >> 15))
+        if ja >= d or jb >= d:
+            break
+        abuf >>= np.uint64(la)
+        anb -= la
+        bbuf >>= np.uint64(lb)
+        bnb -= lb
+        if near is not None:
+            prefetch(near, ja)
+            prefetch(near, jb)
+        a_idx[i] = ja
+        b_idx[i] = jb
+        aprev, bprev = ja, jb
+        i += 1
+    sa = decode_from(a_src, a_off, a_end, d, a_idx, table, near, i, abuf, anb, apos, aprev)
+    sb = decode_from(b_src, b_off, b_end, d, b_idx, table, near, i, bbuf, bnb, bpos, bprev)
+    return sa, sb
+
+
+@njit(cache=True)
+def scaled_values(values, scale, vals):
+    """vals[i] = float64(values[i])·scale — the products of numpy's ``np.multiply(values, scale,
+    dtype=np.float64)`` —; True if every value is finite."""
     bad = False
     for i in range(values.shape[0]):
         v = values[i]
         bad |= (v != v) | (abs(v) == np.inf)
         vals[i] = np.float64(v) * scale
-    return status, not bad
+    return not bad
 
 
-def sparse_entries(payload, ioff: int, d: int, values, scale: float, idx, vals, near=None) -> tuple[int, bool]:
-    """:func:`decode_entries` with this module's decode table (``SparseCompressor._entries``)."""
-    return decode_entries(payload, ioff, payload.size, d, idx, values, scale, vals, DECODE_TABLE, near)
+@njit(cache=True)
+def decode_entries(src, ioff, idx, values, scale, vals, d, table, near):
+    """A sparse message's entries in one call: idx ← the len(idx) indices of the Elias-omega
+    stream ``src[ioff:]`` (:func:`decode_gaps`, prefetching ``near``'s lines unless None), and
+    :func:`scaled_values`; returns (the stream's status, finite)."""
+    return decode_gaps(src, ioff, src.shape[0], d, idx, table, near), scaled_values(values, scale, vals)
+
+
+@njit(cache=True)
+def decode_entries_pair(a_src, a_ioff, a_idx, a_values, a_scale, a_vals,
+                        b_src, b_ioff, b_idx, b_values, b_scale, b_vals, d, table, near):
+    """:func:`decode_entries` of two messages, their streams decoded in lockstep
+    (:func:`decode_pair`); returns (status a, finite a, status b, finite b)."""
+    sa, sb = decode_pair(a_src, a_ioff, a_src.shape[0], a_idx, b_src, b_ioff, b_src.shape[0], b_idx, d, table, near)
+    return sa, scaled_values(a_values, a_scale, a_vals), sb, scaled_values(b_values, b_scale, b_vals)
 
 
 @njit(cache=True)

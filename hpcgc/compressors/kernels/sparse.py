@@ -444,14 +444,23 @@ def float_bits(x: np.ndarray) -> tuple[np.ndarray, np.unsignedinteger, np.unsign
     return x.view(np.uint64), np.uint64(0x7FFFFFFFFFFFFFFF), np.uint64(0x7FF0000000000000)
 
 
+SCATTER_AHEAD = 32
+"""Entries ahead of the write at which :func:`scatter_scaled` asks for out's cache line."""
+
+
 @njit(cache=True)
 def scatter_scaled(values, idx, scale, out, accumulate):
-    """out[idx[i]] (+)= scale·values[i]; the caller zeroes ``out`` when not accumulating."""
+    """out[idx[i]] (+)= scale·values[i]; the caller zeroes ``out`` when not accumulating. The line
+    of out[idx[i + SCATTER_AHEAD]] is asked for first (:func:`prefetch`): sparse indices land on
+    a new cache line each, often not in cache (top-k's own update e ← e − C(e) after the pass over e)."""
+    top = idx.shape[0] - 1
     if accumulate:
         for i in range(idx.shape[0]):
+            prefetch(out, idx[min(i + SCATTER_AHEAD, top)])
             out[idx[i]] += scale * values[i]
     else:
         for i in range(idx.shape[0]):
+            prefetch(out, idx[min(i + SCATTER_AHEAD, top)])
             out[idx[i]] = scale * values[i]
 
 
