@@ -294,7 +294,8 @@ class Compressor(ABC):
 
     def _entries_at(self, d: int) -> Callable | None:
         """Hook of :meth:`prepared`: its ``entries`` callable at dimension d (a sparse format's
-        decoded entries, for a step that merges several messages: EF), or None (the default)."""
+        checked message, whose entries a step that merges several messages decodes: EF), or None
+        (the default)."""
         return None
 
     def _own_at(self, d: int, add: Callable) -> Callable | None:

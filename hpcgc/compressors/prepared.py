@@ -12,9 +12,11 @@ class Prepared(NamedTuple):
     encode: Callable        # (x, rng) -> payload: compress
     add: Callable           # (payload, out, weight): out += weight * decompress(payload); returns the
                             # indices it changed (sparse formats) or None (any entry may have changed)
-    entries: Callable | None = None   # (payload, weight) -> (indices, weight·values): a sparse message's
-                            # decoded entries, not added anywhere (increasing int64 indices, the float64
-                            # products add would add); None when the format has no such form
+    entries: Callable | None = None   # (payload, weight) -> sparse_base.Entries: a sparse message checked
+                            # (header, count), its entries — increasing int64 indices and the float64
+                            # products add would add — decoded by sparse_base.decode_entries (several
+                            # messages into one pair of arrays) or Entries.decode(); None when the format
+                            # has no such form
     own: Callable | None = None       # add for the payload encode returned last, from what the encoder
                             # kept (no decode); None: none kept (see add_own)
     update: Callable | None = None    # (payload, D, S, alpha, weight): D += alpha * ((0 + weight *

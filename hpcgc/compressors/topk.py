@@ -210,13 +210,14 @@ def rank_among_candidates(cbits, mask, k, lo, hi, nbits, band):
 def take_top(cidx, cbits, mask, T, ties, idx, bits):
     """idx, bits ← in index order, the candidates with magnitude key > T and the first ``ties``
     with key = T (cidx, cbits: increasing indices and their keys); branch-free, so idx and bits
-    need one slot more than the number taken."""
+    need one slot more than the number taken. The keys = T seen so far are counted apart from
+    the number taken (two one-add chains per candidate, not a chain through the tie budget)."""
     n = 0
+    seen = 0
     for i in range(cidx.shape[0]):
         a = np.int64(cbits[i] & mask)
-        eq = np.int64(a == T) & np.int64(ties > 0)
-        take = np.int64(a > T) | eq
-        ties -= eq
+        seen += np.int64(a == T)
+        take = np.int64(a > T) | (np.int64(a == T) & np.int64(seen <= ties))
         idx[n] = cidx[i]
         bits[n] = cbits[i]
         n += take
