@@ -19,13 +19,11 @@ non-zero padding bits is rejected (PayloadError); the decoder never reads outsid
 Model bits of a sparse message count the encoding actually used: nnz·F + min(nnz·w, Σ|ω(g_i)|)
 (the papers' k·(F + ⌈log₂d⌉) when the fixed encoding is smaller).
 
-The encoder writes the Elias stream once, 64 bits at a time (codes of gaps < 4096 from a table,
-longer ones from a table of prefixes and a bit reversal), and gives up as soon as it cannot beat
-the fixed width. The compress kernels shared by the sparse compressors read x once: a vectorised
-integer test of the IEEE-754 bit patterns (:func:`float_bits`) both rejects NaN/±Inf and, for
-threshold and top-k, builds 64-entry hit masks whose set bits are the kept indices
-(:func:`select_at_least`); rand-k gathers its sampled entries from the chunk just checked
-(:func:`gather_finite`, ``randk.gather_bitset``).
+The encoder writes the Elias stream once, 64 bits at a time (gaps < 4096: a table; longer: a table
+of prefixes, a bit reversal), and gives up as soon as it cannot beat the fixed width. The sparse
+compressors read x once: a vectorised integer test of the IEEE-754 bit patterns (:func:`float_bits`)
+rejects NaN/±Inf and, for threshold and top-k, builds 64-entry hit masks whose set bits are the kept
+indices (:func:`select_at_least`); rand-k gathers from the chunk just checked (:func:`gather_finite`).
 """
 from __future__ import annotations
 
@@ -341,6 +339,10 @@ SELECT_UNROLL = 2
 with more hits loops over the rest (rare when few entries are selected)."""
 
 
+SELECT_AHEAD = 2048
+"""Keys ahead at which :func:`select_into` asks for x's lines (the stream prefetch alone: ≈ 1.4× slower)."""
+
+
 SELECT_FULL = 2
 """Status of :func:`select_into`: the buffers may not hold the next 64 entries' hits."""
 SELECT_DENSE = 24
@@ -359,7 +361,8 @@ def select_into(keys, mask, lo, inf_bits, start, idx, bits, c):
     ``SELECT_FULL`` (fewer than 64 + SELECT_UNROLL free slots: grow the buffers and call again
     from ``resume`` with the same c).
 
-    Per group of 64 entries, vectorised compares build a 64-bit hit mask and a NaN/Inf flag;
+    Per group of 64 entries, x's lines SELECT_AHEAD entries ahead are asked for
+    (:func:`prefetch`), vectorised compares build a 64-bit hit mask and a NaN/Inf flag;
     the set bits of the mask (tzcnt) give the indices: no branch per entry. Indices are unsigned
     and nothing is sliced inside the loop (no wrap-around fix-ups, no reference counting).
     """
@@ -370,6 +373,8 @@ def select_into(keys, mask, lo, inf_bits, start, idx, bits, c):
     for w0 in range(start, nfull, 64):
         if c > room:
             return c, w0, SELECT_FULL
+        for t in range(0, 64, 8):              # a 64-byte line per 8 keys, SELECT_AHEAD keys ahead
+            prefetch(keys, min(w0 + SELECT_AHEAD + t, n - 1))
         b = np.uint64(w0)
         hit = np.uint64(0)
         for i in range(64):
@@ -445,14 +450,13 @@ def float_bits(x: np.ndarray) -> tuple[np.ndarray, np.unsignedinteger, np.unsign
 
 
 SCATTER_AHEAD = 32
-"""Entries ahead of the write at which :func:`scatter_scaled` asks for out's cache line."""
+"""Entries ahead at which :func:`scatter_scaled` asks for out's cache line."""
 
 
 @njit(cache=True)
 def scatter_scaled(values, idx, scale, out, accumulate):
     """out[idx[i]] (+)= scale·values[i]; the caller zeroes ``out`` when not accumulating. The line
-    of out[idx[i + SCATTER_AHEAD]] is asked for first (:func:`prefetch`): sparse indices land on
-    a new cache line each, often not in cache (top-k's own update e ← e − C(e) after the pass over e)."""
+    of out[idx[i + SCATTER_AHEAD]] is asked for first (:func:`prefetch`): a new line per index."""
     top = idx.shape[0] - 1
     if accumulate:
         for i in range(idx.shape[0]):
