@@ -25,7 +25,8 @@ cache and the first touch of the buffers cancel out):
     valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p python scripts/phase-kernels.py grad-dcgd --repeat 5
     callgrind_annotate /tmp/cg.<pid> | head        # "PROGRAM TOTALS"
 
-Each call is timed (``time.perf_counter``, median). With ``--evict`` a 64 MiB buffer is read before
+Each call is timed (``time.perf_counter``; median, and the minimum — the figure least disturbed by
+other processes on a loaded host). With ``--evict`` a 64 MiB buffer is read before
 each call (untimed), so the phase's vectors come from memory as in a run, where the gradient and the
 other rank evict them between steps (the server step's x, the compress phase's e).
 """
@@ -139,6 +140,7 @@ def main() -> None:
         times.append(time.perf_counter() - t0)
     if times:
         print(f"{a.phase}{' (evicted)' if a.evict else ''}: {a.repeat} calls, median {1e3 * float(np.median(times)):.3f} ms "
+              f"(min {1e3 * min(times):.3f}) "
               f"(d = {d}, {a.rows} rows, {obj.A.nnz} nonzeros)")
         if a.phase == "compress-rs-qsgd":
             print("  " + ", ".join(f"{k} {1e3 * float(np.median(v[1:])):.3f} ms" for k, v in parts.items()))
