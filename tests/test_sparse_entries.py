@@ -145,21 +145,3 @@ def test_read_indices_is_unchanged_for_fixed_width_streams():
     assert not e.elias
     np.testing.assert_array_equal(e.decode()[0], read_indices(p, e.ioff, 3, d, False, "topk")[0])
 
-
-@pytest.mark.parametrize("n", [1, 2, 3, 4])
-def test_stream_bits_of_several_streams_are_those_of_single_decodes(n):
-    """Rank 0's bit accounting (``elias_stream_bits``: the streams two at a time) returns each
-    stream's own status — valid streams' bit counts, a cut stream's error — as decoding each alone."""
-    from hpcgc.compressors.kernels.elias_gaps import elias_stream_bits
-    streams = [_stream(64, 500 + 7 * i, i) for i in range(n)]
-    buf = np.concatenate([s[0] for s in streams])
-    base = np.cumsum([0] + [s[0].size for s in streams])[:-1]
-    starts = (base + 3).astype(np.int64)
-    ends = np.array([b + s[1] for b, s in zip(base, streams)], dtype=np.int64)
-    ends[-1] -= 1                                       # the last stream cut short
-    nnz = np.array([s[2].size for s in streams], dtype=np.int64)
-    d = int(max(s[2][-1] for s in streams)) + 1
-    got = np.empty(n, dtype=np.int64)
-    elias_stream_bits(buf, starts, ends, nnz, d, got)
-    want = [_single(buf, int(a), int(b), d, int(k))[0] for a, b, k in zip(starts, ends, nnz)]
-    assert list(got) == want and got[-1] < 0 and (n == 1 or got[0] > 0)

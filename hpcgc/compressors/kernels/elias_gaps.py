@@ -266,19 +266,13 @@ def decode_entries_pair(a_src, a_ioff, a_idx, a_values, a_scale, a_vals,
 
 @njit(cache=True)
 def stream_bits(buf, starts, ends, nnz, d, out, table):
-    """:func:`elias_stream_bits` with the decode table as an argument (the kernel); the streams
-    two at a time (:func:`decode_pair`)."""
+    """:func:`elias_stream_bits` with the decode table as an argument (the kernel)."""
     most = 0
     for m in range(nnz.shape[0]):
         most = max(most, nnz[m])
     idx = np.empty(most, dtype=np.int64)
-    idx2 = np.empty(most, dtype=np.int64)
-    n = nnz.shape[0]
-    for m in range(0, n - 1, 2):
-        out[m], out[m + 1] = decode_pair(buf, starts[m], ends[m], idx[:nnz[m]], buf, starts[m + 1], ends[m + 1],
-                                         idx2[:nnz[m + 1]], d, table, None)
-    if n % 2:
-        out[n - 1] = decode_gaps(buf, starts[n - 1], ends[n - 1], d, idx[:nnz[n - 1]], table)
+    for m in range(nnz.shape[0]):
+        out[m] = decode_gaps(buf, starts[m], ends[m], d, idx[:nnz[m]], table)
 
 
 def elias_stream_bits(buf, starts, ends, nnz, d: int, out) -> None:
