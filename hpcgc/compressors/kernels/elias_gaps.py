@@ -265,24 +265,6 @@ def decode_entries_pair(a_src, a_ioff, a_idx, a_values, a_scale, a_vals,
 
 
 @njit(cache=True)
-def stream_bits(buf, starts, ends, nnz, d, out, table):
-    """:func:`elias_stream_bits` with the decode table as an argument (the kernel)."""
-    most = 0
-    for m in range(nnz.shape[0]):
-        most = max(most, nnz[m])
-    idx = np.empty(most, dtype=np.int64)
-    for m in range(nnz.shape[0]):
-        out[m] = decode_gaps(buf, starts[m], ends[m], d, idx[:nnz[m]], table)
-
-
-def elias_stream_bits(buf, starts, ends, nnz, d: int, out) -> None:
-    """out[m] = the bits of the Elias-omega stream of ``nnz[m]`` gaps at ``buf[starts[m]:ends[m]]``
-    (:func:`elias_omega_decode_gaps`'s return: negative if the stream is invalid), for every m in
-    one call: rank 0's bit accounting of the gathered payloads (``Exchange.account``)."""
-    stream_bits(buf, starts, ends, nnz, d, out, DECODE_TABLE)
-
-
-@njit(cache=True)
 def sparse_layout_bits(buf, starts, counts, fixed, nnz, ioff, vbits, d, out, table):
     """Rank 0's bit accounting of the workers' fixed-layout sparse payloads (``Exchange.account``;
     ``Compressor.sparse_layout``) in one call: out[m] = the model bits of worker m's payload
