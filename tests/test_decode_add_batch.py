@@ -205,7 +205,9 @@ def test_messages_is_the_list_it_replaces():
     pays = [rng.integers(0, 255, size=s, dtype=np.uint8) for s in (3, 0, 7, 1)]
     m = Messages.of(pays)
     buf, starts, lengths = m.batch
-    old = messages((buf, lengths, starts), range(4))
+    s, c = starts.tolist(), lengths.tolist()
+    old = [(i, buf[s[i]:s[i] + c[i]]) for i in range(4)]                 # the list it replaces
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(messages((buf, lengths, starts), range(4)), old))
     assert len(m) == 4 and [i for i, _ in m] == [i for i, _ in old] == list(range(4))
     assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(m, old))
     assert np.array_equal(m[2][1], pays[2]) and [i for i, _ in m[1:3]] == [1, 2]
