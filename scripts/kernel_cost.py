@@ -73,7 +73,7 @@ def _hash32_kernel():
 
 def build(kind: str, d: int):
     from hpcgc import compressors
-    from hpcgc.compressors.kernels import norms, prng, wire
+    from hpcgc.compressors.kernels import norms, prng, trits
     x = np.random.default_rng(1).standard_normal(d).astype(np.float32)
     seed = np.uint64(12345)
     sc = np.array([float(np.linalg.norm(x.astype(np.float64)))])
@@ -107,7 +107,7 @@ def build(kind: str, d: int):
             out = np.empty(8 + d + (d + 7) // 8, np.uint8)
             return lambda: natural_encode_f32(x.view(np.uint32), seed, out[8:8 + d], out[8 + d:])
         from hpcgc.compressors.quant import ternary_dither_pack
-        out = np.empty(12 + wire.trit_bytes(d), np.uint8)
+        out = np.empty(12 + trits.trit_bytes(d), np.uint8)
         return lambda: ternary_dither_pack(x, d, sc, seed, out, 12)
     c = compressors.make(kind)
     g = np.random.default_rng(0)

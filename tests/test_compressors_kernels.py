@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcgc import compressors
-from hpcgc.compressors.kernels import reference, wire
+from hpcgc.compressors.kernels import reference, trits, wire
 from hpcgc.compressors.kernels.norms import block_norms_l2
 
 from .compressor_checks import block_scales, rng
@@ -97,28 +97,28 @@ def _packed(v, width):
     return out
 
 
-@given(st.one_of(st.integers(0, 40), st.integers(0, 3 * wire.TRIT_GROUP + 12)), st.integers(0, 2**32 - 1),
+@given(st.one_of(st.integers(0, 40), st.integers(0, 3 * trits.TRIT_GROUP + 12)), st.integers(0, 2**32 - 1),
        st.integers(0, 3))
 @settings(max_examples=60, deadline=None)
 def test_pack_unpack_trits(n, seed, offset):
     """The group-planar trit layout: bytes equal the independent numpy transcription
     (reference.pack_trits_planar), exactly ⌈n/5⌉ bytes written, round trip."""
     t = np.random.default_rng(seed).integers(0, 3, n).astype(np.uint8)
-    nbytes = wire.trit_bytes(n)
+    nbytes = trits.trit_bytes(n)
     out = np.full(offset + nbytes + 1, 0xEE, dtype=np.uint8)
-    wire.pack_trits(t, out, offset)
+    trits.pack_trits(t, out, offset)
     assert np.all(out[:offset] == 0xEE) and out[-1] == 0xEE
     np.testing.assert_array_equal(out[offset:offset + nbytes], reference.pack_trits_planar(t))
     np.testing.assert_array_equal(reference.unpack_trits_planar(out[offset:offset + nbytes], n), t)
     back = np.full(n, 7, dtype=np.uint8)
-    assert wire.count_bad_trit_bytes(out, offset, nbytes) == 0
-    wire.unpack_trits(out, offset, back)
+    assert trits.count_bad_trit_bytes(out, offset, nbytes) == 0
+    trits.unpack_trits(out, offset, back)
     np.testing.assert_array_equal(back, t)
 
 
 def test_trit_digits_every_byte():
     b = np.arange(243)
-    np.testing.assert_array_equal(np.array([wire.trit_digits(int(v)) for v in b]),
+    np.testing.assert_array_equal(np.array([trits.trit_digits(int(v)) for v in b]),
                                   (b[:, None] // 3 ** np.arange(5)) % 3)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hpcgc import compressors
-from hpcgc.compressors.kernels import wire
+from hpcgc.compressors.kernels import trits, wire
 
 from .compressor_checks import ALL_SPECS, rng
 
@@ -51,8 +51,8 @@ def test_model_bits_formulas():
     for spec, bits in cases.items():
         c = compressors.make(spec)
         assert c.model_bits(c.compress(x, rng()), d) == bits, spec
-    assert wire.ternary_bits(1) == 2 and wire.ternary_bits(5) == 8 and wire.ternary_bits(1000) == 1585
-    assert all(wire.ternary_bits(n) == (3**n - 1).bit_length() for n in [*range(1, 300), 2**20 + 1])
+    assert trits.ternary_bits(1) == 2 and trits.ternary_bits(5) == 8 and trits.ternary_bits(1000) == 1585
+    assert all(trits.ternary_bits(n) == (3**n - 1).bit_length() for n in [*range(1, 300), 2**20 + 1])
 
 
 def test_payload_sizes_exact():

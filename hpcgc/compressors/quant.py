@@ -19,7 +19,7 @@ correspond to ``block`` = layer size; its clipping and scaler sharing are not im
 
 Wire format (after the 8-byte header): m block norms (float32, or float64 with ``fp64=true``),
 then d trits (0: zero, 1: +norm, 2: −norm) packed 5 per byte, ⌈d/5⌉ bytes, group-planar
-(:func:`.kernels.wire.pack_trits`).
+(:func:`.kernels.trits.pack_trits`).
 Model bits: F·m + ⌈d·log₂3⌉ (`spec/diana.md` B.9, packed ternary).
 """
 from __future__ import annotations
@@ -33,10 +33,11 @@ from numba.core.extending import intrinsic
 
 from ..errors import PayloadError
 from .base import Compressor
-from .kernels import simd, wire
+from .kernels import simd, trits, wire
 from .kernels.norms import checked_scales, n_blocks
 from .kernels.prng import TWO32, uniforms32
-from .kernels.wire import CHUNK, TRIT_GROUP, TRITS_PER_BYTE, count_bad_trit_bytes, pack_trits, unpack_trits
+from .kernels.trits import TRIT_GROUP, TRITS_PER_BYTE, count_bad_trit_bytes, pack_trits, unpack_trits
+from .kernels.wire import CHUNK
 from .params import FP64_PARAM, Param
 
 
@@ -96,10 +97,10 @@ _BYTES = ir.VectorType(ir.IntType(8), simd.LANES)
 
 @intrinsic
 def ternary_row(typingctx, out, ooff, run, src, soff, u0, u1, u2, u3, u4, accumulate):
-    """Fused decode of LANES bytes of a full trit group (:func:`.kernels.wire.pack_trits`) at
+    """Fused decode of LANES bytes of a full trit group (:func:`.kernels.trits.pack_trits`) at
     ``src[soff:]``: their 5·LANES trits go to the five runs ``out[ooff + k·run:][:LANES]``,
     k = 0 … 4, as u_k·(0, +1, −1)[trit] (added when ``accumulate``). Digits by multiply-shift
-    (:func:`.kernels.wire.trit_digits`), all in vector registers."""
+    (:func:`.kernels.trits.trit_digits`), all in vector registers."""
     simd.check_f64_out(out)
     f64 = types.float64
     sig = types.void(out, ooff, run, src, soff, f64, f64, f64, f64, f64, accumulate)
@@ -242,12 +243,12 @@ class Quant(Compressor):
 
     def _body_bytes(self, d: int) -> tuple[int, int]:
         m = n_blocks(d, self.block_size(d))
-        return m, m * self._scale_bytes + wire.trit_bytes(d)
+        return m, m * self._scale_bytes + trits.trit_bytes(d)
 
     def model_bits(self, payload, d: int) -> int:
         m, body = self._body_bytes(d)
         self._check_payload(self._as_payload(payload, d), d, body)
-        return self._float_bits * m + wire.ternary_bits(d)
+        return self._float_bits * m + trits.ternary_bits(d)
 
     def _compress(self, x: np.ndarray, seed: np.uint64) -> np.ndarray:
         d = x.shape[0]
@@ -265,10 +266,10 @@ class Quant(Compressor):
         if not np.isfinite(scales).all() or (scales < 0).any():
             raise PayloadError(f"{self.name}: corrupted payload: invalid block norm")
         offset = wire.HEADER_BYTES + m * self._scale_bytes
-        nbytes = wire.trit_bytes(d)
-        if wire.count_bad_trit_bytes(payload, offset, nbytes):
+        nbytes = trits.trit_bytes(d)
+        if count_bad_trit_bytes(payload, offset, nbytes):
             raise PayloadError(f"{self.name}: corrupted payload: byte value >= 243 in the trit stream")
-        tail = d % wire.TRITS_PER_BYTE
+        tail = d % TRITS_PER_BYTE
         if tail and payload[offset + nbytes - 1] >= 3**tail:
             raise PayloadError(f"{self.name}: corrupted payload: nonzero padding trits after entry {d}")
         return scales, self.block_size(d), offset

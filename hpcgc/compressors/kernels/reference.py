@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import wire
+from .trits import TRIT_GROUP
 
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -129,12 +130,12 @@ def unpack_blocked(packed: np.ndarray, n: int, width: int) -> np.ndarray:
 
 
 def pack_trits_planar(trits: np.ndarray) -> np.ndarray:
-    """The group-planar trit layout of ``wire.pack_trits``: per group of TRIT_GROUP trits, the
+    """The group-planar trit layout of ``trits.pack_trits``: per group of TRIT_GROUP trits, the
     first 5B (B = ⌊m/5⌋) as a (5, B) matrix whose column q is byte q's base-3 digits, then the
     m − 5B last trits in one more byte."""
     parts = []
-    for g0 in range(0, trits.shape[0], wire.TRIT_GROUP):
-        t = trits[g0:g0 + wire.TRIT_GROUP].astype(np.int64)
+    for g0 in range(0, trits.shape[0], TRIT_GROUP):
+        t = trits[g0:g0 + TRIT_GROUP].astype(np.int64)
         nb = t.shape[0] // 5
         parts.append((3 ** np.arange(5)) @ t[:5 * nb].reshape(5, nb))
         if t.shape[0] > 5 * nb:
@@ -146,8 +147,8 @@ def unpack_trits_planar(packed: np.ndarray, n: int) -> np.ndarray:
     """Inverse of :func:`pack_trits_planar`."""
     digits = (packed.astype(np.int64)[:, None] // (3 ** np.arange(5))) % 3      # (bytes, 5)
     out = []
-    for g0 in range(0, n, wire.TRIT_GROUP):
-        m = min(wire.TRIT_GROUP, n - g0)
+    for g0 in range(0, n, TRIT_GROUP):
+        m = min(TRIT_GROUP, n - g0)
         nb = m // 5
         dg = digits[g0 // 5:g0 // 5 + -(-m // 5)]
         out.append(dg[:nb].T.reshape(-1))
