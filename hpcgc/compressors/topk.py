@@ -32,13 +32,14 @@ import numpy as np
 from numba import njit
 
 from .kernels.sparse import (
+    SELECT_UNROLL,
     bit_length,
     cast_finite,
     float_bits,
     scatter_scaled,
     scratch,
-    select_at_least,
 )
+from .kernels.topk_select import bucket_of_rank, narrow_to_rank, sample_bounds, select_desc
 from .params import FP64_PARAM, Param
 from .sparse_base import FixedKSparse
 
@@ -59,21 +60,6 @@ def magnitude_histogram(keys, mask, shift, hist4):
         hist4[3, np.int64(keys[4 * q + 3] & mask) >> shift] += 1
     for i in range((n // 4) * 4, n):
         hist4[0, np.int64(keys[i] & mask) >> shift] += 1
-
-
-@njit(cache=True)
-def _bucket_of_rank(hist, need):
-    """Walk buckets from the top: the bucket b holding the need-th largest (need ≥ 1) and the
-    count strictly above it."""
-    above = 0
-    b = hist.shape[0] - 1
-    while b > 0:
-        h = hist[b]
-        if above + h >= need:
-            return b, above
-        above += h
-        b -= 1
-    return 0, above
 
 
 _BLOCK = 256
@@ -110,30 +96,6 @@ def gather_at_least(keys, mask, lo, cidx, cmag):
 
 
 @njit(cache=True)
-def narrow_to_rank(cand, nc, need, sh):
-    """The need-th largest of cand[:nc] (int64 values that agree above bit ``sh``), by histograms
-    of ≤ 11 bits at a time; returns (T, #{cand > T}). Reorders/overwrites ``cand``."""
-    above = 0
-    while sh > 0 and nc > 1:
-        w = min(sh, 11)
-        sh -= w
-        m2 = (np.int64(1) << w) - 1
-        h2 = np.zeros(np.int64(1) << w, dtype=np.int64)
-        for i in range(nc):
-            h2[(cand[i] >> sh) & m2] += 1
-        b2, above2 = _bucket_of_rank(h2, need)
-        need -= above2
-        above += above2
-        c = 0
-        for i in range(nc):
-            if ((cand[i] >> sh) & m2) == b2:
-                cand[c] = cand[i]
-                c += 1
-        nc = c
-    return cand[0], above           # one candidate left, or sh = 0: the remaining ones are equal
-
-
-@njit(cache=True)
 def topk_indices(keys, mask, shift, nbits, k, idx):
     """Sorted indices of the k largest magnitudes keys & mask (ties: lowest index first) into
     ``idx``, 1 ≤ k ≤ len(keys); ``shift`` = nbits − 1 − B for a first histogram of B bits.
@@ -148,7 +110,7 @@ def topk_indices(keys, mask, shift, nbits, k, idx):
     hist4 = np.zeros((4, nb), dtype=np.int32)     # int32: 4 × 4096 counters stay in L1
     magnitude_histogram(keys, mask, shift, hist4)
     hist = (hist4[0].astype(np.int64) + hist4[1]) + (hist4[2].astype(np.int64) + hist4[3])
-    b, above = _bucket_of_rank(hist, k)
+    b, above = bucket_of_rank(hist, k)
     ncand = above + hist[b]
     cidx = np.empty(ncand, dtype=np.int64)
     cmag = np.empty(ncand, dtype=np.int64)
@@ -258,20 +220,21 @@ def topk_sampled(x: np.ndarray, k: int):
     lines = m // _RUN
     step = d // lines
     off = (step // 2) & -_RUN
-    sample = (keys[:lines * step].reshape(lines, step)[:, off:off + _RUN] & mask).ravel()
     m = lines * _RUN
     qm = k * m / d
     r = math.ceil(qm + 4.0 * math.sqrt(qm) + 4.0)
     if r >= m:
         return None
     r_hi = math.floor(qm - 4.0 * math.sqrt(qm) - 4.0)
-    part = np.partition(sample, [m - r, m - max(r_hi, 1)])
-    lo = int(part[m - r])
-    hi = int(part[m - r_hi]) if r_hi >= 1 else -1
+    lo, hi = sample_bounds(keys, mask, lines, step, off, _RUN, r, r_hi, nbits, scratch("topk-sample", 2 * m, np.int64))
     cap = int(1.25 * d * r / m) + 4096
-    cidx, cbits, status = select_at_least(keys, mask, keys.dtype.type(lo), inf_bits, cap, grow=False)
+    size = cap + 64 + SELECT_UNROLL + 1
+    sidx = scratch("select-idx", size, np.int64)
+    sbits = scratch("select-bits", size, keys.dtype)
+    first, status = select_desc(keys, mask, keys.dtype.type(lo), inf_bits, sidx, sbits)
     if status == 1:
         return None, None, 1
+    cidx, cbits = sidx[first:], sbits[first:]
     if status != 0 or cidx.shape[0] < k:
         return None
     T, above = rank_among_candidates(cbits, mask, k, lo, hi, nbits,
