@@ -65,16 +65,26 @@ SAMPLE_AHEAD = 32
 """Runs ahead at which :func:`sample_bounds` asks for a run's cache lines."""
 
 
+SAMPLE_SORT_MAX = 2048
+"""Most sampled keys in the top buckets that :func:`sample_bounds` sorts (more — heavy ties —: two
+radix selects)."""
+
+
 @njit(cache=True)
 def sample_bounds(keys, mask, lines, step, off, run, r, r_hi, nbits, work):
-    """(lo, hi): the r-th and r_hi-th largest (1 ≤ r ≤ m, hi = −1 when r_hi < 1) of the m = lines·run
-    magnitude keys ``keys[l·step + off + t] & mask`` (0 ≤ l < lines, 0 ≤ t < run); ``work``: int64
-    work space of 2m. Gathers the runs, each run's lines asked for SAMPLE_AHEAD runs ahead, then
-    two radix selects (:func:`narrow_to_rank`) on two copies."""
+    """(lo, hi): the r-th and r_hi-th largest (r_hi ≤ r ≤ m, hi = −1 when r_hi < 1) of the m = lines·run
+    magnitude keys ``keys[l·step + off + t] & mask`` (0 ≤ l < lines, 0 ≤ t < run) — the values
+    ``np.partition`` puts at m − r and m − r_hi; ``work``: int64 work space of 2m.
+
+    The runs are gathered with each run's lines asked for SAMPLE_AHEAD runs ahead, and a
+    histogram of their top 11 magnitude bits taken on the way; the keys in the buckets at and
+    above the r-th largest's (all that can be the r-th or r_hi-th largest, r_hi < r) are sorted
+    (:data:`SAMPLE_SORT_MAX` of them at most; else two radix selects, :func:`narrow_to_rank`)."""
     m = lines * run
     a = work[:m]
-    b = work[m:2 * m]
     last = keys.shape[0] - 1
+    sh = nbits - 12
+    hist = np.zeros(2048, dtype=np.int32)
     for q in range(min(SAMPLE_AHEAD, lines)):
         prefetch(keys, q * step + off)
         prefetch(keys, min(q * step + off + run - 1, last))
@@ -86,11 +96,24 @@ def sample_bounds(keys, mask, lines, step, off, run, r, r_hi, nbits, work):
         for t in range(run):
             v = np.int64(keys[s + t] & mask)
             a[q * run + t] = v
-            b[q * run + t] = v
+            hist[v >> sh] += 1
+    b, above = bucket_of_rank(hist, r)
+    c = above + hist[b]
+    if c <= SAMPLE_SORT_MAX:
+        top = work[m:m + c]
+        n = 0
+        for i in range(m):
+            top[n] = a[i]
+            n += np.int64((a[i] >> sh) >= b)
+            if n == c:
+                break
+        srt = np.sort(top)
+        return srt[c - r], srt[c - r_hi] if r_hi >= 1 else np.int64(-1)
+    work[m:2 * m] = a
     lo, _ = narrow_to_rank(a, m, r, nbits - 1)
     hi = np.int64(-1)
     if r_hi >= 1:
-        hi, _ = narrow_to_rank(b, m, r_hi, nbits - 1)
+        hi, _ = narrow_to_rank(work[m:2 * m], m, r_hi, nbits - 1)
     return lo, hi
 
 
