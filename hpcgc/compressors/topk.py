@@ -7,9 +7,10 @@ most the mean square), so δ = k/d (`spec/compressors.md` Part C; flpytorch ``ma
 NeurIPS 2018). Biased: use it with error feedback.
 
 Selection is O(d), not a sort, and usually one pass over x (:func:`topk_sampled`): the order
-statistics of m = 8192 sampled entries (1024 evenly strided runs of 8) give, with high probability, a magnitude lo just below the
-k-th largest (and hi just above it); one pass (:func:`~.kernels.sparse.select_at_least`, vectorised
-compares of the IEEE-754 bit patterns of |x_j|, which order like the magnitudes) collects the
+statistics of m = 8192 sampled entries (1024 evenly strided runs of 8; :func:`~.kernels.topk_select.sample_bounds`)
+give, with high probability, a magnitude lo just below the
+k-th largest (and hi just above it); one pass (:func:`~.kernels.topk_select.select_desc`, vectorised
+compares of the IEEE-754 bit patterns of |x_j|, which order like the magnitudes, from the last entry down) collects the
 ≈ 1.4k entries ≥ lo (at k/d = 1/64) in index order and checks NaN/±Inf; a radix select among those in [lo, hi]
 finds the exact k-th largest T; the result is every candidate > T and the first (k − #{> T})
 entries = T (ties to the lowest indices), already sorted. Exact whatever the sample: when fewer
@@ -204,8 +205,11 @@ def topk_sampled(x: np.ndarray, k: int):
 
     With q = k/d and m = 8192 entries (m/8 evenly strided runs of 8 consecutive ones), the (qm + 4√(qm) + 4)-th largest sampled
     magnitude lo is, with high probability, below the k-th largest of x but not far below, and
-    the (qm − 4√(qm) − 4)-th largest hi above it. One pass (:func:`~.kernels.sparse.select_at_least`)
-    collects every entry ≥ lo — about 1.4 k candidates at q = 1/64; NaN/Inf are detected on the way
+    the (qm − 4√(qm) − 4)-th largest hi above it (:func:`~.kernels.topk_select.sample_bounds`: the runs'
+    lines asked for ahead, the two order statistics in the same kernel). One pass
+    (:func:`~.kernels.topk_select.select_desc`, from x's last entry down: in EF, whatever of e the
+    cache still holds after the gradient's ascending pass is its end) collects every entry ≥ lo —
+    about 1.4 k candidates at q = 1/64; NaN/Inf are detected on the way
     (status 1) — then the exact k-th largest T (radix select among the candidates in [lo, hi],
     :func:`rank_among_candidates`) decides: entries > T and the first ties = T, in index order.
     The result is exact whatever the sample; if fewer than k entries reach lo, or many more than
