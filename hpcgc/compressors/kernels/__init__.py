@@ -10,6 +10,8 @@ bits and ω/δ and calls these modules; nothing here knows a compressor class.
     norms.py         block ℓ2 / ℓ∞ norms and the all-finite test
     dither.py        bucketed dithering drivers (fused quantize+pack rows) and QSGD's rule
     sparse.py        sparse index codecs (fixed width or Elias-omega gaps), finite checks, selection
+    topk_select.py   top-k's threshold sample and its order statistics (radix select), the
+                     selection pass from the last entry down
     elias_omega.py   Elias-omega bit streams of the smoothness-aware compressors
     reference.py     plain numpy implementations: micro-benchmark baseline and test oracles
     _numba_cache.py  the guard that drops stale cached kernels when any source here changes
