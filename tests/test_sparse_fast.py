@@ -17,7 +17,7 @@ from scipy import stats
 
 from hpcgc import compressors
 from hpcgc.compressors import randk, threshold, topk
-from hpcgc.compressors.kernels import elias_omega, sparse
+from hpcgc.compressors.kernels import elias_omega, select, sparse
 
 from .elias_ref import omega_string
 
@@ -137,13 +137,13 @@ def test_select_at_least_matches_numpy(dtype, d, lam):
     lo = threshold.threshold_bits(lam, x.dtype)
     want = np.flatnonzero(np.abs(x) >= lam)
     for cap in (0, 5, d):                      # buffers that must grow, and ample ones
-        idx, bits, status = sparse.select_at_least(keys, mask, lo, inf_bits, cap)
+        idx, bits, status = select.select_at_least(keys, mask, lo, inf_bits, cap)
         assert status == 0
         np.testing.assert_array_equal(idx, want)
         np.testing.assert_array_equal(bits.view(x.dtype), x[want])
     if want.size > 200:
-        _, _, status = sparse.select_at_least(keys, mask, lo, inf_bits, 10, grow=False)
-        assert status == sparse.SELECT_FULL
+        _, _, status = select.select_at_least(keys, mask, lo, inf_bits, 10, grow=False)
+        assert status == select.SELECT_FULL
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from hpcgc.compressors.kernels import sparse
-from hpcgc.compressors.kernels.topk_select import SAMPLE_AHEAD, narrow_to_rank, sample_bounds, select_desc
+from hpcgc.compressors.kernels.select import SELECT_FULL, SELECT_UNROLL, select_desc, select_into
+from hpcgc.compressors.kernels.topk_select import SAMPLE_AHEAD, narrow_to_rank, sample_bounds
 
 
 def _data(kind, d, dtype, seed=0):
@@ -61,7 +62,7 @@ def test_narrow_to_rank_against_sort():
 def _select_asc(keys, mask, lo, inf_bits, size):
     idx = np.zeros(size, dtype=np.int64)
     bits = np.zeros(size, dtype=keys.dtype)
-    c, _, status = sparse.select_into(keys, mask, lo, inf_bits, 0, idx, bits, 0)
+    c, _, status = select_into(keys, mask, lo, inf_bits, 0, idx, bits, 0)
     return idx[:c], bits[:c], status
 
 
@@ -74,7 +75,7 @@ def test_select_desc_matches_select_into(dtype, d, q):
     keys, mask, inf_bits = sparse.float_bits(x)
     mags = np.sort(keys & mask)
     lo = mags[min(int((1 - q) * d), d - 1)] if q > 0 else mask        # q: the fraction selected
-    size = d + 64 + sparse.SELECT_UNROLL + 1
+    size = d + 64 + SELECT_UNROLL + 1
     want_idx, want_bits, want_status = _select_asc(keys, mask, lo, inf_bits, size)
     assert want_status == 0
     idx = np.full(size, -9, dtype=np.int64)
@@ -84,10 +85,10 @@ def test_select_desc_matches_select_into(dtype, d, q):
     np.testing.assert_array_equal(idx[first:], want_idx)
     np.testing.assert_array_equal(bits[first:], want_bits)
     if want_idx.size > 100:                     # too small buffers: SELECT_FULL, never a wrong answer
-        small = 64 + sparse.SELECT_UNROLL + 50
+        small = 64 + SELECT_UNROLL + 50
         _, status = select_desc(keys, mask, lo, inf_bits, np.empty(small, dtype=np.int64),
                                 np.empty(small, dtype=keys.dtype))
-        assert status == sparse.SELECT_FULL
+        assert status == SELECT_FULL
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

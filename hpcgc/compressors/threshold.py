@@ -7,7 +7,7 @@ with ‖C(x) − x‖² ≤ (1 − δ)‖x‖² for all x (a vector below λ eve
 Lu et al., *DAGC: Data-aware adaptive gradient compression*, INFOCOM 2023). The number of kept
 entries varies from message to message.
 
-One pass over x (:func:`~.kernels.sparse.select_at_least`): per 64 entries, vectorised integer compares
+One pass over x (:func:`~.kernels.select.select_at_least`): per 64 entries, vectorised integer compares
 of the bit patterns (|x_j| ≥ λ ⇔ bits(|x_j|) ≥ the bits of the smallest float ≥ λ) give a hit
 mask and the finiteness check, and the mask's set bits give indices and values in order; a
 strided sample of 4096 entries sizes the buffers. Wire format (after the 8-byte header): nnz
@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels.sparse import cast_finite, float_bits, select_at_least
+from .kernels.select import select_at_least
+from .kernels.sparse import cast_finite, float_bits
 from .params import FP64_PARAM, Param
 from .sparse_base import SparseCompressor
 

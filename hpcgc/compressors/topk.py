@@ -9,7 +9,7 @@ NeurIPS 2018). Biased: use it with error feedback.
 Selection is O(d), not a sort, and usually one pass over x (:func:`topk_sampled`): the order
 statistics of m = 8192 sampled entries (1024 evenly strided runs of 8; :func:`~.kernels.topk_select.sample_bounds`)
 give, with high probability, a magnitude lo just below the
-k-th largest (and hi just above it); one pass (:func:`~.kernels.topk_select.select_desc`, vectorised
+k-th largest (and hi just above it); one pass (:func:`~.kernels.select.select_desc`, vectorised
 compares of the IEEE-754 bit patterns of |x_j|, which order like the magnitudes, from the last entry down) collects the
 ≈ 1.4k entries ≥ lo (at k/d = 1/64) in index order and checks NaN/±Inf; a radix select among those in [lo, hi]
 finds the exact k-th largest T; the result is every candidate > T and the first (k − #{> T})
@@ -32,15 +32,15 @@ import math
 import numpy as np
 from numba import njit
 
+from .kernels.select import SELECT_UNROLL, select_desc
 from .kernels.sparse import (
-    SELECT_UNROLL,
     bit_length,
     cast_finite,
     float_bits,
     scatter_scaled,
     scratch,
 )
-from .kernels.topk_select import bucket_of_rank, narrow_to_rank, sample_bounds, select_desc
+from .kernels.topk_select import bucket_of_rank, narrow_to_rank, sample_bounds
 from .params import FP64_PARAM, Param
 from .sparse_base import FixedKSparse
 
@@ -207,7 +207,7 @@ def topk_sampled(x: np.ndarray, k: int):
     magnitude lo is, with high probability, below the k-th largest of x but not far below, and
     the (qm − 4√(qm) − 4)-th largest hi above it (:func:`~.kernels.topk_select.sample_bounds`: the runs'
     lines asked for ahead, the two order statistics in the same kernel). One pass
-    (:func:`~.kernels.topk_select.select_desc`, from x's last entry down: in EF, whatever of e the
+    (:func:`~.kernels.select.select_desc`, from x's last entry down: in EF, whatever of e the
     cache still holds after the gradient's ascending pass is its end) collects every entry ≥ lo —
     about 1.4 k candidates at q = 1/64; NaN/Inf are detected on the way
     (status 1) — then the exact k-th largest T (radix select among the candidates in [lo, hi],

@@ -23,7 +23,7 @@ The encoder writes the Elias stream once, 64 bits at a time (gaps < 4096: a tabl
 of prefixes, a bit reversal), and gives up as soon as it cannot beat the fixed width. The sparse
 compressors read x once: a vectorised integer test of the IEEE-754 bit patterns (:func:`float_bits`)
 rejects NaN/±Inf and, for threshold and top-k, builds 64-entry hit masks whose set bits are the kept
-indices (:func:`select_at_least`); rand-k gathers from the chunk just checked (:func:`gather_finite`).
+indices (:func:`~.select.select_at_least`, :mod:`.select`); rand-k gathers from the chunk just checked (:func:`gather_finite`).
 """
 from __future__ import annotations
 
@@ -332,112 +332,6 @@ def cast_finite(src, dst):
         bad |= abs(dst[i]) == np.inf
         bad |= dst[i] != dst[i]
     return not bad
-
-
-SELECT_UNROLL = 2
-"""Set bits of a 64-entry hit mask that :func:`select_at_least` writes unconditionally: a mask
-with more hits loops over the rest (rare when few entries are selected)."""
-
-
-SELECT_AHEAD = 2048
-"""Keys ahead at which :func:`select_into` asks for x's lines (the stream prefetch alone: ≈ 1.4× slower)."""
-
-
-SELECT_FULL = 2
-"""Status of :func:`select_into`: the buffers may not hold the next 64 entries' hits."""
-SELECT_DENSE = 24
-"""Hits in a 64-entry group above which :func:`select_into` compacts all 64 entries branch-free
-instead of walking the set bits."""
-
-
-@njit(cache=True)
-def select_into(keys, mask, lo, inf_bits, start, idx, bits, c):
-    """Append to idx, bits (from slot c) every j ≥ ``start`` (a multiple of 64) with
-    ``keys[j] & mask ≥ lo`` and its key, in increasing order; ``keys, mask, inf_bits`` =
-    :func:`float_bits` (x), so the test is |x_j| ≥ the float with bits ``lo``. The same pass
-    checks that every x_j (j ≥ start) is finite.
-
-    Returns (c, resume, status): status 0 (done: c entries), 1 (x holds NaN/±Inf) or
-    ``SELECT_FULL`` (fewer than 64 + SELECT_UNROLL free slots: grow the buffers and call again
-    from ``resume`` with the same c).
-
-    Per group of 64 entries, x's lines SELECT_AHEAD entries ahead are asked for
-    (:func:`prefetch`), vectorised compares build a 64-bit hit mask and a NaN/Inf flag;
-    the set bits of the mask (tzcnt) give the indices: no branch per entry. Indices are unsigned
-    and nothing is sliced inside the loop (no wrap-around fix-ups, no reference counting).
-    """
-    n = keys.shape[0]
-    room = idx.shape[0] - 64 - SELECT_UNROLL
-    nfull = n - n % 64
-    one = np.uint64(1)
-    for w0 in range(start, nfull, 64):
-        if c > room:
-            return c, w0, SELECT_FULL
-        for t in range(0, 64, 8):              # a 64-byte line per 8 keys, SELECT_AHEAD keys ahead
-            prefetch(keys, min(w0 + SELECT_AHEAD + t, n - 1))
-        b = np.uint64(w0)
-        hit = np.uint64(0)
-        for i in range(64):
-            hit |= np.uint64((keys[b + np.uint64(i)] & mask) >= lo) << np.uint64(i)
-        bad = False
-        for i in range(64):
-            bad |= (keys[b + np.uint64(i)] & mask) >= inf_bits
-        if bad:
-            return c, w0, 1
-        cnt = popcount64(hit)
-        q = np.uint64(c)
-        if cnt > SELECT_DENSE:
-            for i in range(64):
-                idx[q] = w0 + i
-                bits[q] = keys[b + np.uint64(i)]
-                q += (hit >> np.uint64(i)) & one
-        else:
-            for u in range(SELECT_UNROLL):     # slots past the hits are overwritten later
-                j = np.uint64(ctz64(hit) & 63)
-                idx[q + np.uint64(u)] = w0 + np.int64(j)
-                bits[q + np.uint64(u)] = keys[b + j]
-                hit &= hit - one
-            q += np.uint64(SELECT_UNROLL)
-            while hit:
-                j = np.uint64(ctz64(hit))
-                idx[q] = w0 + np.int64(j)
-                bits[q] = keys[b + j]
-                hit &= hit - one
-                q += one
-        c += cnt
-    if nfull < n:                                # the last n mod 64 entries
-        if c > room:
-            return c, nfull, SELECT_FULL
-        for j in range(nfull, n):
-            a = keys[j] & mask
-            if a >= inf_bits:
-                return c, j, 1
-            idx[c] = j
-            bits[c] = keys[j]
-            c += np.int64(a >= lo)
-    return c, n, 0
-
-
-def select_at_least(keys: np.ndarray, mask, lo, inf_bits, cap: int, grow: bool = True
-                    ) -> tuple[np.ndarray, np.ndarray, int]:
-    """(idx, bits, status) for every j with ``keys[j] & mask ≥ lo`` (:func:`select_into`): idx
-    int64 and the keys of x_j, status 0, 1 (x holds NaN/±Inf) or ``SELECT_FULL`` (more than
-    about ``cap`` entries qualify and not ``grow``; else the buffers double as needed). idx and
-    bits are work arrays (:func:`scratch`): valid until the next call in this thread."""
-    size = max(int(cap), 0) + 64 + SELECT_UNROLL + 1
-    idx = scratch("select-idx", size, np.int64)
-    bits = scratch("select-bits", size, keys.dtype)
-    c, start = 0, 0
-    while True:
-        c, start, status = select_into(keys, mask, lo, inf_bits, start, idx, bits, c)
-        if status != SELECT_FULL or not grow:
-            return idx[:c], bits[:c], status
-        size = 2 * size
-        idx2 = np.empty(size, dtype=np.int64)
-        bits2 = np.empty(size, dtype=keys.dtype)
-        idx2[:c] = idx[:c]
-        bits2[:c] = bits[:c]
-        idx, bits = idx2, bits2
 
 
 def float_bits(x: np.ndarray) -> tuple[np.ndarray, np.unsignedinteger, np.unsignedinteger]:

@@ -1,5 +1,5 @@
 """Top-k's selection kernels (:mod:`hpcgc.compressors.topk`): order statistics by radix select, the
-threshold sample and its two order statistics in one call, and the descending selection pass.
+threshold sample and its two order statistics in one call.
 
 * :func:`narrow_to_rank` — the need-th largest of int64 keys by histograms of ≤ 11 bits at a time;
 * :func:`sample_bounds` — the threshold estimate of :func:`~hpcgc.compressors.topk.topk_sampled`:
@@ -7,19 +7,15 @@ threshold sample and its two order statistics in one call, and the descending se
   :data:`SAMPLE_AHEAD` runs ahead, :func:`~.sparse.prefetch`: the runs' lines come from memory
   in parallel, not one miss after another), then the r-th and r_hi-th largest of them — the
   values ``np.partition`` puts at m − r and m − r_hi, into work arrays (no temporaries);
-* :func:`select_desc` — :func:`~.sparse.select_into`'s pass over x from the *last* entry down to
-  the first, filling the buffers from their end, so that the result is in increasing index order
-  as before. In a run, EF's memory e was just written from its first entry to its last by the
-  gradient's pass; whatever of it the last-level cache still holds is its end, which a
-  descending pass reads first, before its own traffic evicts it (an ascending pass evicts the
-  lines it is about to read: least-recently-used order).
+* the selection pass itself is :func:`~.select.select_desc` (:mod:`.select`, beside the ascending
+  pass the threshold compressor uses).
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from .sparse import SELECT_AHEAD, SELECT_DENSE, SELECT_FULL, SELECT_UNROLL, clz64, popcount64, prefetch
+from .sparse import prefetch
 
 
 @njit(cache=True)
@@ -115,70 +111,3 @@ def sample_bounds(keys, mask, lines, step, off, run, r, r_hi, nbits, work):
     if r_hi >= 1:
         hi, _ = narrow_to_rank(work[m:2 * m], m, r_hi, nbits - 1)
     return lo, hi
-
-
-@njit(cache=True)
-def select_desc(keys, mask, lo, inf_bits, idx, bits):
-    """Every j with ``keys[j] & mask ≥ lo`` and its key into the *ends* of idx, bits, in
-    increasing order, with the check that every x_j is finite (``keys, mask, inf_bits`` =
-    :func:`~.sparse.float_bits` (x)); x is read from its last entry down (module docstring).
-
-    Returns (first, status): the entries are idx[first:], bits[first:]; status 0, 1 (x holds
-    NaN/±Inf) or ``SELECT_FULL`` (the buffers cannot hold them all: fewer than 64 + SELECT_UNROLL
-    free slots before a group of 64). Per group of 64: x's lines SELECT_AHEAD entries below are
-    asked for, vectorised compares build the hit mask and a NaN/Inf flag, and the set bits are
-    taken from the highest (lzcnt), each written one slot further down — the same entries in the
-    same order as :func:`~.sparse.select_into`.
-    """
-    n = keys.shape[0]
-    q = np.int64(idx.shape[0])                 # the entries found so far are idx[q:]
-    room = 64 + SELECT_UNROLL
-    nfull = n - n % 64
-    one = np.uint64(1)
-    if nfull < n:                              # the last n mod 64 entries first
-        if q < room:
-            return q, SELECT_FULL
-        for j in range(n - 1, nfull - 1, -1):
-            a = keys[j] & mask
-            if a >= inf_bits:
-                return q, 1
-            idx[q - 1] = j
-            bits[q - 1] = keys[j]
-            q -= np.int64(a >= lo)
-    for g in range(nfull // 64 - 1, -1, -1):
-        w0 = g * 64
-        if q < room:
-            return q, SELECT_FULL
-        for t in range(0, 64, 8):              # a 64-byte line per 8 keys, SELECT_AHEAD keys below
-            prefetch(keys, max(w0 - SELECT_AHEAD + t, 0))
-        b = np.uint64(w0)
-        hit = np.uint64(0)
-        for i in range(64):
-            hit |= np.uint64((keys[b + np.uint64(i)] & mask) >= lo) << np.uint64(i)
-        bad = False
-        for i in range(64):
-            bad |= (keys[b + np.uint64(i)] & mask) >= inf_bits
-        if bad:
-            return q, 1
-        cnt = popcount64(hit)
-        top = np.uint64(q - 1)
-        if cnt > SELECT_DENSE:
-            for i in range(63, -1, -1):
-                idx[top] = w0 + i
-                bits[top] = keys[b + np.uint64(i)]
-                top -= (hit >> np.uint64(i)) & one
-        else:
-            for u in range(SELECT_UNROLL):     # slots below the hits are overwritten later
-                j = np.uint64((63 - clz64(hit)) & 63)
-                idx[top - np.uint64(u)] = w0 + np.int64(j)
-                bits[top - np.uint64(u)] = keys[b + j]
-                hit &= ~(one << j)
-            top -= np.uint64(SELECT_UNROLL)
-            while hit:
-                j = np.uint64(63 - clz64(hit))
-                idx[top] = w0 + np.int64(j)
-                bits[top] = keys[b + j]
-                hit &= ~(one << j)
-                top -= one
-        q -= cnt
-    return q, 0
