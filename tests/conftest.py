@@ -43,12 +43,43 @@ def need(what: str, how: str):
     pytest.skip(msg)
 
 
+BOUNDSCHECK_FUZZ = {
+    # tests/test_compressors_fuzz.py: every compressor's decoders
+    "compressors": "import tests.compressor_checks as t; print(*t.fuzz_decoders(t.FUZZ_SPECS, trials=200, seed=1))",
+    # tests/test_qsgd_elias.py: the Elias-coded QSGD decoder, its parse kernel, a long stream
+    "elias": ("import tests.test_qsgd_elias as t; from tests.compressor_checks import fuzz_decoders; "
+              "a, r = fuzz_decoders(t.ELIAS_FUZZ_SPECS, trials=300, seed=1); k = t.fuzz_parse_kernel(4000, 1); "
+              "import numpy as np; from hpcgc import compressors; c = compressors.make('qsgd:s=7,code=elias'); "
+              "x = np.random.default_rng(0).standard_normal(100_000); "
+              "assert (c.decompress(c.compress(x, np.random.default_rng(1)), 100_000) != 0).any(); "
+              "print(a, r, k)"),
+}
+"""The fuzzing that test_fuzz_with_numba_boundscheck runs recompiled with NUMBA_BOUNDSCHECK=1, by test."""
+
+
 @pytest.fixture(scope="session")
-def boundscheck_cache(tmp_path_factory) -> Path:
-    """NUMBA_CACHE_DIR of the NUMBA_BOUNDSCHECK=1 fuzz tests: apart from the normal cache (no kernel
-    compiled without bounds checks is loaded, none compiled with them is left behind), shared by
-    them (the second loads the kernels the first compiled instead of compiling them again)."""
-    return tmp_path_factory.mktemp("numba-boundscheck")
+def boundscheck_fuzz(tmp_path_factory) -> dict:
+    """Every part of BOUNDSCHECK_FUZZ in one process with NUMBA_BOUNDSCHECK=1 and a NUMBA_CACHE_DIR of
+    its own (no kernel compiled without bounds checks is loaded, none compiled with them is left
+    behind): one start of Python, numba and hpcgc, each kernel compiled once for both tests. Each
+    part runs alone (its exception does not stop the other): {part: (ok, its stdout or traceback)}."""
+    import json
+    code = ("import contextlib, io, json, sys, traceback\n"
+            "out = {}\n"
+            "for name, part in json.loads(sys.argv[1]).items():\n"
+            "    buf = io.StringIO()\n"
+            "    try:\n"
+            "        with contextlib.redirect_stdout(buf):\n"
+            "            exec(part, {})\n"
+            "        out[name] = (True, buf.getvalue())\n"
+            "    except BaseException:\n"
+            "        out[name] = (False, buf.getvalue() + traceback.format_exc())\n"
+            "print(json.dumps(out))\n")
+    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path_factory.mktemp("numba-boundscheck"))}
+    res = subprocess.run([sys.executable, "-c", code, json.dumps(BOUNDSCHECK_FUZZ)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def libsvm_path(name: str) -> Path:

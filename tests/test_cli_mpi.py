@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 
 import h5py
 import pytest
@@ -20,10 +22,10 @@ N = 4
 
 
 MPI_FILES = sorted((ROOT / "tests" / "mpi").glob("test_*.py"))
-FILES_PER_LAUNCH = 5
+FILES_PER_LAUNCH = 8
 """Each mpiexec -n 4 launch costs every rank its start (Python, MPI, pytest, hpcgc, the kernels
 loaded from numba's cache) before any test runs — a few CPU-seconds per rank. Files share launches
-(sorted, up to 5 a launch: a new file joins one without an edit here)."""
+(sorted, up to 8 a launch: the 24 files in 3 launches; a new file joins one without an edit here)."""
 MPI_LAUNCHES = [MPI_FILES[i:i + FILES_PER_LAUNCH] for i in range(0, len(MPI_FILES), FILES_PER_LAUNCH)]
 
 
@@ -74,16 +76,37 @@ def test_default_benchmark_runs_and_writes_results(tmp_path):
     assert not (tmp_path / "default.h5.partial").exists()
 
 
-def test_list_and_help():
-    import subprocess
-    import sys
-    p = subprocess.run([sys.executable, "-m", "hpcgc.bench", "list"], capture_output=True, text=True, cwd=ROOT)
-    assert p.returncode == 0, p.stderr
+SUBCOMMANDS = ("micro", "report", "project", "breakeven", "validate", "list", "run")
+
+
+@pytest.fixture(scope="module")
+def commands(tmp_path_factory):
+    """The serial command lines of this file one after another in one process (tests/cli_cases.py:
+    ``hpcgc.bench.main`` per command line, stdout/stderr captured; each process of its own would pay
+    the start of Python and hpcgc again): {name: that command's return code, stdout and stderr}.
+    ``python -m hpcgc --help`` (test_one_command_with_every_subcommand) stays a process of its own:
+    the package's entry point."""
+    d = tmp_path_factory.mktemp("commands")
+    cfg = d / "three.toml"
+    cfg.write_text('name = "three"\n[data]\ndataset = "libsvm:/no/such/dir/a9a"\n[run]\nmomentum = 1.5\n'
+                   '[sweep]\nalgorithm = ["diana"]\ncompressor = ["topk:k=3"]\n')
+    cases = {"list": ["list"], "help": ["--help"], "version": ["--version"],
+             "validate-three": ["validate", "--config", str(cfg)],
+             **{f"{sub} --help": [sub, "--help"] for sub in SUBCOMMANDS}}
+    (d / "cases.json").write_text(json.dumps(list(cases.values())))
+    p = subprocess.run([sys.executable, "-m", "tests.cli_cases", str(d / "cases.json"), str(d)], cwd=d,
+                       env=mpi_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, show(p)
+    return dict(zip(cases, json.loads((d / "rank-0.json").read_text()))) | {"three.toml": cfg}
+
+
+def test_list_and_help(commands):
+    p, h = commands["list"], commands["help"]
+    assert p["rc"] == 0, p["stderr"]
     for word in ("qsgd", "quant", "randk", "identity", "terngrad", "diana", "dcgd", "uniform", "breast-cancer",
                  "label-sorted", "norm-sorted"):
-        assert word in p.stdout, word
-    h = subprocess.run([sys.executable, "-m", "hpcgc.bench", "--help"], capture_output=True, text=True, cwd=ROOT)
-    assert h.returncode == 0 and "run.step_multiplier" in h.stdout and "--set" in h.stdout
+        assert word in p["stdout"], word
+    assert h["rc"] == 0 and "run.step_multiplier" in h["stdout"] and "--set" in h["stdout"]
 
 
 BAD = [
@@ -273,37 +296,31 @@ def test_more_ranks_oversubscribed_and_dedicated_server(tmp_path):
     assert run.time["grad"].shape[1] == 6 and run.time["grad"][-1, 0] == 0.0
 
 
-def test_validate_reports_every_problem_at_once_before_any_data(tmp_path):
+def test_validate_reports_every_problem_at_once_before_any_data(commands, tmp_path):
     """Three independent mistakes: three lines, exit 2, and the data file is never opened (it does not
     exist; the message says so without trying to parse it). How fast validate answers is a start-up
     figure (docs/performance.md), not asserted here: a timing check in a unit test fails on a loaded
     machine (it did: 2.8 s against a 2 s limit under the campaign's load)."""
-    import subprocess
-    import sys
-    cfg = tmp_path / "three.toml"
-    cfg.write_text('name = "three"\n[data]\ndataset = "libsvm:/no/such/dir/a9a"\n[run]\nmomentum = 1.5\n'
-                   '[sweep]\nalgorithm = ["diana"]\ncompressor = ["topk:k=3"]\n')
-    p = subprocess.run([sys.executable, "-m", "hpcgc", "validate", "--config", str(cfg)], capture_output=True,
-                       text=True, cwd=tmp_path, env=mpi_env())
-    lines = p.stderr.strip().splitlines()
-    assert p.returncode == 2 and len(lines) == 3, p.stderr
+    p = commands["validate-three"]
+    lines = p["stderr"].strip().splitlines()
+    assert p["rc"] == 2 and len(lines) == 3, p["stderr"]
     assert all(ln.startswith("hpcgc: error: ") for ln in lines)
     assert "data file not found: /no/such/dir/a9a" in lines[0]
-    assert "run.momentum must be in [0, 1)" in p.stderr and "topk:k=3 is biased" in p.stderr
+    assert "run.momentum must be in [0, 1)" in p["stderr"] and "topk:k=3 is biased" in p["stderr"]
     # the run refuses the same way, before any data is read or any file written
-    r = run_mpi(2, ["-m", "hpcgc", "--config", str(cfg), "-o", str(tmp_path / "x.h5")], cwd=tmp_path)
+    r = run_mpi(2, ["-m", "hpcgc", "--config", str(commands["three.toml"]), "-o", str(tmp_path / "x.h5")],
+                cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.count("hpcgc: error:") == 3, show(r)
     assert not list(tmp_path.glob("x.h5*"))
 
 
-def test_one_command_with_every_subcommand():
-    import subprocess
-    import sys
-    v = subprocess.run([sys.executable, "-m", "hpcgc", "--version"], capture_output=True, text=True, cwd=ROOT)
-    assert v.returncode == 0 and v.stdout.startswith("hpcgc 0.") and "(git " in v.stdout, v.stdout
+def test_one_command_with_every_subcommand(commands):
+    v = commands["version"]
+    assert v["rc"] == 0 and v["stdout"].startswith("hpcgc 0.") and "(git " in v["stdout"], v["stdout"]
     h = subprocess.run([sys.executable, "-m", "hpcgc", "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert h.returncode == 0, h.stderr
     for sub in ("run", "list", "validate", "micro", "collectives", "report", "project", "breakeven"):
         assert f"\n  {sub} " in h.stdout, sub
-    for sub in ("micro", "report", "project", "breakeven", "validate", "list", "run"):
-        p = subprocess.run([sys.executable, "-m", "hpcgc", sub, "--help"], capture_output=True, text=True, cwd=ROOT)
-        assert p.returncode == 0 and "usage:" in p.stdout, (sub, p.stderr)
+    for sub in SUBCOMMANDS:
+        p = commands[f"{sub} --help"]
+        assert p["rc"] == 0 and "usage:" in p["stdout"], (sub, p["stderr"])

@@ -496,21 +496,10 @@ def test_fuzz_corrupted_payloads():
                     reason="set HPCGC_TEST_BOUNDSCHECK=1 (recompiles the kernels with bounds checks)")
 @pytest.mark.slow
 @pytest.mark.timeout(960)    # recompiles the kernels with bounds checks: minutes on a loaded machine
-def test_fuzz_with_numba_boundscheck(boundscheck_cache):
-    """The same fuzzing with NUMBA_BOUNDSCHECK=1: any out-of-bounds access in a kernel raises."""
-    import subprocess
-    import sys
-
-    from .conftest import ROOT
-    code = ("import tests.test_qsgd_elias as t; from tests.compressor_checks import fuzz_decoders; "
-            "a, r = fuzz_decoders(t.ELIAS_FUZZ_SPECS, trials=300, seed=1); k = t.fuzz_parse_kernel(4000, 1); "
-            "import numpy as np; from hpcgc import compressors; c = compressors.make('qsgd:s=7,code=elias'); "
-            "x = np.random.default_rng(0).standard_normal(100_000); "
-            "assert (c.decompress(c.compress(x, np.random.default_rng(1)), 100_000) != 0).any(); "
-            "print(a, r, k)")
-    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(boundscheck_cache)}
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=900, check=False)
-    assert res.returncode == 0, res.stderr[-3000:]
-    a, r, k = map(int, re.findall(r"\d+", res.stdout.strip().splitlines()[-1]))
+def test_fuzz_with_numba_boundscheck(boundscheck_fuzz):
+    """The same fuzzing with NUMBA_BOUNDSCHECK=1: any out-of-bounds access in a kernel raises
+    (tests/conftest.py: boundscheck_fuzz, one process for this test and test_compressors_fuzz.py's)."""
+    ok, out = boundscheck_fuzz["elias"]
+    assert ok, out[-3000:]
+    a, r, k = map(int, re.findall(r"\d+", out.strip().splitlines()[-1]))
     assert r > a and k > 0
