@@ -126,7 +126,7 @@ def test_interrupted_and_resumed_equals_uninterrupted(shared_dir, case):
     the resumed file's series equal the uninterrupted run's row for row — every non-timing dataset.
     300 iterations (150 for the classifiers) as tests/mpi/test_ef21sgdm_dasha_mpi.py's resume cases:
     two periodic checkpoints, the cut at 183 between them and off the evaluation grid, 117 resumed
-    iterations; DGC's warm-up (240 = 4 stages of 60) is in its last stage at the cut and ends after
+    iterations; DGC's warm-up (240 = 4 stages of 60) is in its last stage at the cut and ends during
     the resume."""
     iterations = 300 if "data.dataset" not in CASES[case] else 150     # the classifiers are slower per iteration
     cfg = _cfg(CASES[case], iterations)
