@@ -144,4 +144,3 @@ def test_read_indices_is_unchanged_for_fixed_width_streams():
     e = comp.prepared(d).entries(p, 1.0)
     assert not e.elias
     np.testing.assert_array_equal(e.decode()[0], read_indices(p, e.ioff, 3, d, False, "topk")[0])
-

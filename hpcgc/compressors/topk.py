@@ -32,7 +32,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .kernels.select import SELECT_UNROLL, select_desc
+from .kernels.select import select_buffers, select_desc
 from .kernels.sparse import (
     bit_length,
     cast_finite,
@@ -232,9 +232,7 @@ def topk_sampled(x: np.ndarray, k: int):
     r_hi = math.floor(qm - 4.0 * math.sqrt(qm) - 4.0)
     lo, hi = sample_bounds(keys, mask, lines, step, off, _RUN, r, r_hi, nbits, scratch("topk-sample", 2 * m, np.int64))
     cap = int(1.25 * d * r / m) + 4096
-    size = cap + 64 + SELECT_UNROLL + 1
-    sidx = scratch("select-idx", size, np.int64)
-    sbits = scratch("select-bits", size, keys.dtype)
+    sidx, sbits = select_buffers(cap, keys.dtype)
     first, status = select_desc(keys, mask, keys.dtype.type(lo), inf_bits, sidx, sbits)
     if status == 1:
         return None, None, 1

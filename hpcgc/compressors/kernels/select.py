@@ -115,15 +115,22 @@ def select_into(keys, mask, lo, inf_bits, start, idx, bits, c):
     return c, n, 0
 
 
+def select_buffers(cap: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The work arrays (idx int64, bits of ``dtype``; :func:`scratch`) for a selection pass that
+    should find about ``cap`` entries: ``cap`` + one 64-entry group + SELECT_UNROLL + 1 slots, so
+    :func:`select_into` / :func:`select_desc` report SELECT_FULL only past ``cap``."""
+    size = max(int(cap), 0) + 64 + SELECT_UNROLL + 1
+    return scratch("select-idx", size, np.int64), scratch("select-bits", size, dtype)
+
+
 def select_at_least(keys: np.ndarray, mask, lo, inf_bits, cap: int, grow: bool = True
                     ) -> tuple[np.ndarray, np.ndarray, int]:
     """(idx, bits, status) for every j with ``keys[j] & mask ≥ lo`` (:func:`select_into`): idx
     int64 and the keys of x_j, status 0, 1 (x holds NaN/±Inf) or ``SELECT_FULL`` (more than
     about ``cap`` entries qualify and not ``grow``; else the buffers double as needed). idx and
     bits are work arrays (:func:`scratch`): valid until the next call in this thread."""
-    size = max(int(cap), 0) + 64 + SELECT_UNROLL + 1
-    idx = scratch("select-idx", size, np.int64)
-    bits = scratch("select-bits", size, keys.dtype)
+    idx, bits = select_buffers(cap, keys.dtype)
+    size = idx.shape[0]
     c, start = 0, 0
     while True:
         c, start, status = select_into(keys, mask, lo, inf_bits, start, idx, bits, c)
