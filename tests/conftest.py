@@ -111,12 +111,6 @@ def mpi_env(mpi_timeout: int | None = None) -> dict:
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     env.setdefault("OMPI_MCA_btl", "^ofi")
-    # MPICH: a rank that polls yields the core at every poll instead of every 1 000 (the tests run
-    # 4 ranks on 2 cores: ranks that wait — in a collective, in MPI_Finalize — would otherwise spin
-    # their time slice away while another rank computes). Correctness only: no test times MPI.
-    # One launch of 8 tests/mpi files, 2026-11-27 (2-core AMD EPYC, quiet): 72.7 s → 25.7 s wall.
-    env.setdefault("MPIR_CVAR_POLLS_BEFORE_YIELD", "1")
-    env.setdefault("MPIR_CVAR_POSIX_POLL_FREQUENCY", "1")
     return env
 
 
