@@ -146,3 +146,64 @@ def test_own_add_has_the_bits_of_decoding_the_own_payload(spec, d):
         assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
         assert np.array_equal(touched, codec.entries(payload, 1.0).decode()[0])
     assert codec.own is not None
+
+
+def test_sparse_step_returns_the_change_of_the_squared_norm():
+    """kernels.sparse_step returns Σ (new² − old²) over the entries it changed: ‖x‖² after minus
+    before, repeated entries counted once (to rounding)."""
+    from hpcgc.algorithms.kernels import sparse_step
+    g = np.random.default_rng(3)
+    d = 5000
+    x = g.standard_normal(d)
+    idxs = [np.sort(g.choice(d, size=s, replace=False)).astype(np.int64) for s in (300, 700, 50)]
+    vals = [g.standard_normal(i.size) for i in idxs]
+    starts = np.array([0, 300, 1000, 1050], dtype=np.int64)
+    before = float(np.dot(x, x))
+    dsq = sparse_step(x, np.concatenate(idxs), np.concatenate(vals), starts, np.zeros(64))
+    assert dsq == pytest.approx(float(np.dot(x, x)) - before, rel=1e-12, abs=1e-9)
+    assert sparse_step(x, np.zeros(0, dtype=np.int64), np.zeros(0), np.array([0], dtype=np.int64),
+                       np.zeros(64)) == 0.0
+
+
+def _ef(spec, n=3, d=4096):
+    from hpcgc import algorithms, compressors
+    comps = [compressors.make(spec) for _ in range(n)]
+    info = {"L_max": 1.0, "L": 1.0, "mu": 1e-3, "kind": "logreg"}
+    return comps, algorithms.make("ef", comps, d=d, n_workers=n, weights=np.full(n, 1 / n), problem_info=info,
+                                  options={"collective": "gather", "step_rule": "learning-rate",
+                                           "learning_rate": 0.1})
+
+
+def test_ef_keeps_the_divergence_tests_squared_norm_across_sparse_steps():
+    """EF's sparse server step keeps ‖x‖² for the divergence test (``step_norm_sq``) without a pass
+    over x: exact at the first step, after ``restored`` and every EXACT_EVERY steps, the steps'
+    changes added in between — within rounding of np.dot(x, x) over 3 × EXACT_EVERY steps; a dense
+    step (qsgd) leaves it unknown (None: the exchange computes it); a non-finite entry makes it
+    non-finite at once, so ``exploded`` says so without the pass."""
+    from hpcgc.algorithms.ef import EXACT_EVERY
+    from hpcgc.exchange.base import exploded
+    d = 4096
+    comps, alg = _ef("topk:k=64,fp64=true", d=d)
+    rng = np.random.default_rng(11)
+    ss = alg.server_init(rng.standard_normal(d))
+    assert alg.step_norm_sq(ss) is None
+    for step in range(3 * EXACT_EVERY + 5):
+        payloads = [c.compress(rng.standard_normal(d), rng) for c in comps]
+        x = alg.server_step(ss, list(enumerate(payloads)))
+        assert alg.step_norm_sq(ss) == pytest.approx(float(np.dot(x, x)), rel=1e-12)
+        assert ss.since == step % (EXACT_EVERY + 1)
+    ss.restored()
+    assert alg.step_norm_sq(ss) is None
+    bad = rng.standard_normal(d)
+    bad[17] = 1e160
+    payloads = [c.compress(rng.standard_normal(d), rng) for c in comps]
+    x = alg.server_step(ss, list(enumerate(payloads)))                # exact: after a restore
+    assert ss.since == 0 and alg.step_norm_sq(ss) == float(np.dot(x, x))
+    payloads = [c.compress(bad if i == 1 else rng.standard_normal(d), rng) for i, c in enumerate(comps)]
+    x = alg.server_step(ss, list(enumerate(payloads)))                # kept: 1e160² overflows
+    with np.errstate(over="ignore"):
+        assert ss.since == 1 and exploded(x, alg.step_norm_sq(ss)) and exploded(x)
+    dense_comps, dense = _ef("qsgd:s=4", d=d)
+    ds = dense.server_init(rng.standard_normal(d))
+    dense.server_step(ds, [(i, c.compress(rng.standard_normal(d), rng)) for i, c in enumerate(dense_comps)])
+    assert dense.step_norm_sq(ds) is None

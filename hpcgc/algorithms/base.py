@@ -319,6 +319,12 @@ class Algorithm:
     def server_reduced(self, state, add_sum):
         raise NotImplementedError(f"{self.name} cannot take an Allreduce sum")
 
+    def step_norm_sq(self, state):
+        """‖x‖² of the iterate the last server step returned, when the step knows it without a
+        pass over x (EF's sparse step); None — the default — and the exchange's divergence test
+        (:func:`hpcgc.exchange.base.exploded`) computes it."""
+        return None
+
     # under reduce-scatter (hpcgc.exchange.reduce_scatter): the allreduce interface, plus dense rounds
     def rs_message(self, state) -> tuple:
         """(the vector worker ``state`` compresses segment-wise, dense): dense = this iteration's

@@ -55,15 +55,38 @@ class WorkerState:
     e: np.ndarray          # error-feedback memory e_i (float64); before worker_encode: e_i + γ g_i
 
 
+EXACT_EVERY = 64
+"""Sparse steps between two exact ‖x‖² of the divergence test (:meth:`ServerState.track`)."""
+
+
 @dataclass
 class ServerState:
     x: np.ndarray          # iterate x^k
     m: np.ndarray          # scratch: Σ_i w_i m_i, zero between steps
+    # not fields (not checkpointed): ‖x‖² kept across sparse steps, and the steps since it was exact
+    sq = None
+    since = 0
 
     def restored(self) -> None:
         """After a checkpoint is put back: m is zero between steps (the sparse step relies on it);
-        a checkpoint written before 2026-11-27 stored the last step's sum there."""
+        a checkpoint written before 2026-11-27 stored the last step's sum there. x changed: the
+        kept ‖x‖² is recomputed at the next step."""
         self.m[:] = 0.0
+        self.sq = None
+
+    def track(self, dsq) -> None:
+        """‖x‖² after a step that changed it by ``dsq`` (None: unknown, e.g. a dense step): kept by
+        adding the sparse steps' changes, exact (one pass over x) at the first step, after a
+        restore and every EXACT_EVERY steps — the divergence test's input (a threshold at 1e200 and
+        finiteness: a non-finite or huge entry makes the kept sum so at once; the rounding of the
+        additions between exact passes is far below the threshold)."""
+        if dsq is None:
+            self.sq = None
+        elif self.sq is None or self.since >= EXACT_EVERY:
+            self.sq, self.since = float(np.dot(self.x, self.x)), 0
+        else:
+            self.sq += dsq
+            self.since += 1
 
 
 def contraction(comp, d: int) -> tuple[float | None, float]:
@@ -232,8 +255,9 @@ class EF(ErrorFeedback):
         codecs = self.codecs
         if all(codecs[i].entries is not None for i, _ in messages):
             idx, vals, starts = self._entries(messages, state.x)
-            sparse_step(state.x, idx, vals, starts, self._block)
+            state.track(sparse_step(state.x, idx, vals, starts, self._block))
             return state.x
+        state.track(None)
         m = state.m
         try:
             for i, payload in messages:
@@ -244,6 +268,11 @@ class EF(ErrorFeedback):
         state.x -= m
         m[:] = 0.0
         return state.x
+
+    def step_norm_sq(self, state: ServerState):
+        """‖x‖² after the last sparse step (:meth:`ServerState.track`); None after a dense one, and
+        for a subclass with a server state of its own (DGC)."""
+        return getattr(state, "sq", None)
 
     def _entries(self, messages, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every message's decoded entries (``Prepared.entries``, :func:`~hpcgc.compressors.sparse_base.decode_entries`),
@@ -263,6 +292,7 @@ class EF(ErrorFeedback):
         add_sum(state.m)
         state.x -= self.scales[0] * state.m
         state.m[:] = 0.0
+        state.track(None)
         return state.x
 
     def second_stage(self, d: int, n: int) -> tuple[float, float]:

@@ -128,17 +128,22 @@ def sparse_step(x, idx, vals, starts, block):
     known ahead: the loops ask for the line PREFETCH entries ahead
     (:func:`~hpcgc.compressors.kernels.sparse.prefetch`). The same bits as decoding every message
     into a zero d-vector m (m_j += v), then x −= m: at a repeated j the later visit subtracts
-    +0.0, which changes no float64 (``tests/test_step_kernels.py``)."""
+    +0.0, which changes no float64 (``tests/test_step_kernels.py``).
+
+    Returns Σ_j (x_j,new² − x_j,old²) over the touched entries (each visit's own change; a
+    repeated j's later visits change nothing): ‖x‖²'s change, from which the caller keeps the
+    divergence test's ‖x‖² without a pass over the d coordinates (:meth:`hpcgc.algorithms.ef.EF.step_norm_sq`)."""
     d = x.shape[0]
     n = starts.shape[0] - 1
     if n == 0:
-        return
+        return 0.0
     bs = block.shape[0]
     shift = 63 - clz64(np.int64(bs))
     nb = (d + bs - 1) >> shift
     ends = block_ends(idx, starts, shift, nb)
     last = n - 1
     top = starts[n] - 1
+    dsq = 0.0
     for b in range(nb):
         b0 = np.uint64(b) << np.uint64(shift)
         for i in range(last):
@@ -147,11 +152,18 @@ def sparse_step(x, idx, vals, starts, block):
                 prefetch(x, idx[min(q + PREFETCH, top)])
         for q in range(ends[last, b], ends[last, b + 1]):
             j = np.uint64(idx[q])
-            x[j] = x[j] - (block[j - b0] + vals[q])
+            old = x[j]
+            new = old - (block[j - b0] + vals[q])
+            x[j] = new
+            dsq += new * new - old * old
             block[j - b0] = 0.0
             prefetch(x, idx[min(q + PREFETCH, top)])
         for i in range(last):
             for q in range(ends[i, b], ends[i, b + 1]):
                 j = np.uint64(idx[q])
-                x[j] = x[j] - block[j - b0]
+                old = x[j]
+                new = old - block[j - b0]
+                x[j] = new
+                dsq += new * new - old * old
                 block[j - b0] = 0.0
+    return dsq

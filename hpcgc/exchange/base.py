@@ -103,9 +103,12 @@ class Messages(Sequence):
         return iter(self.items())
 
 
-def exploded(x) -> bool:
-    """The divergence test applied after every step: a non-finite or exploding iterate."""
-    sq = float(np.dot(x, x))
+def exploded(x, sq=None) -> bool:
+    """The divergence test applied after every step: a non-finite or exploding iterate (‖x‖²
+    non-finite or above 1e200); ``sq``: ‖x‖² when the step knows it (``Algorithm.step_norm_sq``),
+    else one pass over x computes it."""
+    if sq is None:
+        sq = float(np.dot(x, x))
     return not math.isfinite(sq) or sq > 1e200
 
 
@@ -222,10 +225,14 @@ class Exchange:
             self.x[:] = ss.x
             ss.x = self.x
 
-    def _set_x(self, xs) -> None:
-        """The loop's x ← the step's result (nothing to do when the step wrote it in place)."""
+    _sq = None
+
+    def _set_x(self, xs, sq=None) -> None:
+        """The loop's x ← the step's result (nothing to do when the step wrote it in place);
+        ``sq``: its ‖x‖² when the step knows it (``Algorithm.step_norm_sq``), for :meth:`control`."""
         if xs is not self.x:
             self.x[:] = xs
+        self._sq = sq
 
     def _stepped(self):
         """After the server step: rank 0's untimed bookkeeping (bits, budgets)."""
@@ -233,7 +240,8 @@ class Exchange:
 
     def control(self) -> float:
         """Every rank: CONTINUE, STOP or DIVERGED after this iteration (collective-free)."""
-        return DIVERGED if exploded(self.x) else CONTINUE
+        sq, self._sq = self._sq, None
+        return DIVERGED if exploded(self.x, sq) else CONTINUE
 
     def iterate(self):
         """The iterate the run reports (metrics, ``x_final``): the server's own x, which is the

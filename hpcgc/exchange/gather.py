@@ -78,7 +78,7 @@ class Gather(Exchange):
             if xs is not self.placed:
                 self.xbuf[:-1] = xs
             control = self._stepped()
-            self.xbuf[-1] = DIVERGED if exploded(xs) else control
+            self.xbuf[-1] = DIVERGED if exploded(xs, self.alg.step_norm_sq(ss)) else control
         else:
             t3 = t2
         t4 = wtime()
@@ -140,7 +140,7 @@ class Gather(Exchange):
         """Rank 0: the downlink payload C(x^{k+1} − w^k) (lossless: x^{k+1} itself; ``direct``: the
         algorithm's step message, ``Algorithm.step_downlink``); None when the iterate diverged
         (non-finite, or too large for the compressor's wire format)."""
-        if exploded(xs):
+        if exploded(xs, self.alg.step_norm_sq(ss)):
             return None
         dl = self.downlink
         src = (self.alg.down_message(ss) if dl.direct else
