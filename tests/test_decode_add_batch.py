@@ -2,7 +2,7 @@
 31 target 3) against one ``add`` per message, bit for bit, for every format that declares the batch
 form: qsgd (code=fixed), quant / terngrad, rand-k (both index encodings, and an Elias stream exactly
 as long as the fixed one — a tie, sent fixed), top-k; k = d; no payload at all; an invalid payload
-among valid ones (the same error, the same partial sum). The payloads sit in one buffer as the
+among valid ones (the same error, the same partial sum); weights the caller passes. The payloads sit in one buffer as the
 transport's Gatherv delivers them (:class:`hpcgc.exchange.base.Messages`). No MPI needed: the
 decode is local to rank 0 (tests/mpi/ runs it under mpiexec)."""
 from __future__ import annotations
@@ -50,6 +50,25 @@ def test_batch_equals_one_add_per_message(spec, d):
     np.testing.assert_array_equal(_bits(got), _bits(want))
     got2 = start.copy()                                     # a plain list takes the per-message path
     alg.add_messages(got2, [(i, p) for i, p in enumerate(pays)])
+    np.testing.assert_array_equal(_bits(got2), _bits(want))
+
+
+@pytest.mark.parametrize("spec", ["qsgd:s=2", "randk:k=6", "topk:k=5"])
+def test_batch_with_the_callers_weights(spec):
+    """``add_messages(out, messages, weights)``: the weights a caller passes (EF's and EF21's
+    w_i·s_i, signSGD's unweighted votes) in place of the workers' — the bits of one ``add`` per
+    message with those weights, batched or not."""
+    rng = np.random.default_rng(5)
+    c, n, d = compressors.make(spec), 7, 1000
+    pays = [c.compress(rng.standard_normal(d), rng) for _ in range(n)]
+    alg = _alg(c, n, d, rng)
+    w = rng.random(n) * 3.0
+    want, got, got2 = np.zeros(d), np.zeros(d), np.zeros(d)
+    for i, p in enumerate(pays):
+        alg.codecs[i].add(p, want, w[i])
+    alg.add_messages(got, Messages.of(pays), w)
+    alg.add_messages(got2, [(i, p) for i, p in enumerate(pays)], w)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
     np.testing.assert_array_equal(_bits(got2), _bits(want))
 
 

@@ -281,14 +281,17 @@ class Algorithm:
             return None
         return self.codecs[0].add_many
 
-    def add_messages(self, out, messages) -> None:
+    def add_messages(self, out, messages, weights=None) -> None:
         """out += Σ_i w_i·C_i(payload_i) over ``messages`` [(worker i, payload)], added one after
         another in their order (out_j = ((out_j + a_0j) + a_1j) + …): in one kernel call when
         ``messages`` carries the receive buffer (:class:`hpcgc.exchange.base.Messages`, worker i =
         the i-th message) and every worker's compressor declares ``Prepared.add_many``, else one
         ``add`` per message — the same bits either way. A payload the kernel refuses is added (its
-        error raised) by its own ``add``, after the ones before it, as without the kernel."""
-        codecs, weights = self.codecs, self.weights
+        error raised) by its own ``add``, after the ones before it, as without the kernel.
+        ``weights``: w_i (float64, one per worker; default the workers' ``weights``) — EF, EF21 and
+        signSGD pass their own (w_i·s_i, 1)."""
+        codecs = self.codecs
+        weights = self.weights if weights is None else weights
         batch = getattr(messages, "batch", None)
         many = self._add_many if batch is not None else None
         if many is not None and len(batch[1]) == len(weights):

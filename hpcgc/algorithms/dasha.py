@@ -271,8 +271,11 @@ class Dasha(Algorithm):
 
     def server_step(self, state: ServerState, messages) -> np.ndarray:
         state.m[:] = 0.0
-        for i, payload in messages:
-            self._codec(i, state.fresh).decompress_add(payload, self.d, state.m, self.weights[i])
+        if state.fresh[0]:
+            for i, payload in messages:
+                self.dense.decompress_add(payload, self.d, state.m, self.weights[i])
+        else:
+            self.add_messages(state.m, messages)
         return self._step(state)
 
     def _step(self, state: ServerState) -> np.ndarray:

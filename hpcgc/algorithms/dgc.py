@@ -178,8 +178,11 @@ class DGC(EF):
         """x ← x − Σ_i w_i top-k(v_i), decoded with the stage's codecs."""
         stage = self.bits_stage = self._stage(state.t)
         state.m[:] = 0.0
-        for i, payload in messages:
-            self._codec(i, stage).add(payload, state.m, self.weights[i])
+        if stage == 0:
+            self.add_messages(state.m, messages)
+        else:
+            for i, payload in messages:
+                self._codec(i, stage).add(payload, state.m, self.weights[i])
         state.x -= state.m
         state.t[0] += 1
         return state.x

@@ -260,8 +260,7 @@ class EF(ErrorFeedback):
         state.track(None)
         m = state.m
         try:
-            for i, payload in messages:
-                codecs[i].add(payload, m, self.weights[i] * self.scales[i])
+            self.add_messages(m, messages, self.weights * self.scales)
         except BaseException:
             m[:] = 0.0                        # an invalid payload: m back to zero, x untouched
             raise

@@ -156,9 +156,11 @@ class EF21(ErrorFeedback):
 
     def server_step(self, state: ServerState, messages) -> np.ndarray:
         """g ← g + Σ_i w_i s_i c_i;  x ← x − γ g. ``messages``: (worker index, payload bytes)."""
-        for i, payload in messages:
-            codec, s = self._codec(i, state.fresh)
-            codec.decompress_add(payload, self.d, state.g, self.weights[i] * s)
+        if state.fresh[0]:
+            for i, payload in messages:
+                self.dense.decompress_add(payload, self.d, state.g, self.weights[i])
+        else:
+            self.add_messages(state.g, messages, self.weights * self.scales)
         state.fresh[0] = 0.0
         state.x -= self.gamma * state.g
         return state.x

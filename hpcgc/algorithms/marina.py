@@ -165,8 +165,11 @@ class Marina(Algorithm):
     def server_step(self, state: ServerState, messages) -> np.ndarray:
         dense = self._dense_round(int(state.k[0]))
         state.m[:] = 0.0
-        for i, payload in messages:
-            (self.dense if dense else self.compressors[i]).decompress_add(payload, self.d, state.m, self.weights[i])
+        if dense:
+            for i, payload in messages:
+                self.dense.decompress_add(payload, self.d, state.m, self.weights[i])
+        else:
+            self.add_messages(state.m, messages)
         return self._step(state, dense)
 
     def _step(self, state: ServerState, dense: bool) -> np.ndarray:

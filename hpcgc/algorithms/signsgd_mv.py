@@ -83,6 +83,7 @@ class SignSgdMV(Algorithm):
         for msg in self.plan_refusals({"run": options, "problem": {"l1": options.get("l1", 0.0)}}, compressors[0]):
             raise ConfigError(msg)
         self.gamma = float(options.get("step_multiplier", 1.0)) * learning_rate(options, "signsgd-mv")
+        self._ones = np.ones(n_workers)           # one unweighted vote per worker (add_messages)
         self.beta = float(options.get("momentum", 0.0))
         self.batch = int(options.get("batch", 0))
 
@@ -111,8 +112,7 @@ class SignSgdMV(Algorithm):
     def server_step(self, state: ServerState, messages) -> np.ndarray:
         """Count the votes (one per worker, unweighted) and step."""
         state.vote[:] = 0.0
-        for i, payload in messages:
-            self.codecs[i].add(payload, state.vote, 1.0)
+        self.add_messages(state.vote, messages, self._ones)
         return self._step(state)
 
     def server_reduced(self, state: ServerState, add_sum) -> np.ndarray:
