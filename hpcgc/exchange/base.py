@@ -264,9 +264,12 @@ class Exchange:
         Elias-coded index bits, for all workers at once: :meth:`_sparse_bits`); else per message. Same values, same
         sums."""
         counts = self.counts
-        bits_wire += 8.0 * (LENGTH_BYTES + counts)
-        if self._bits_by_length() and self._bits_counts is not None and np.array_equal(counts, self._bits_counts):
-            bits_model += self._bits_vector
+        key = counts.tobytes()                  # the lengths compared as bytes: ≈ 50 ns (np.array_equal: µs)
+        if key != self._wire_key:
+            self._wire_key, self._wire_vector = key, 8.0 * (LENGTH_BYTES + counts)
+        np.add(bits_wire, self._wire_vector, out=bits_wire)
+        if self._bits_by_length() and key == self._bits_key:
+            np.add(bits_model, self._bits_vector, out=bits_model)
             return 0.0
         layouts = self._sparse_layouts()
         if layouts is not None:
@@ -274,10 +277,11 @@ class Exchange:
             return 0.0
         model = np.array([self.alg.model_bits(i, p) for i, p in self.msgs], dtype=np.float64)
         bits_model += model
-        self._bits_counts, self._bits_vector = counts.copy(), model
+        self._bits_key, self._bits_vector = key, model
         return 0.0
 
-    _bits_counts = None
+    _wire_key = None
+    _bits_key = None
     _by_length = None
     _layouts = False
 
