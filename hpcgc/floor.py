@@ -155,9 +155,10 @@ def kernels(run, transport, state, seconds: float = SECONDS) -> float:
 
 def traffic(run, transport, done: int, local, clock) -> dict:
     """Rank 0's memory-traffic floor per phase (:mod:`hpcgc.traffic`): ``{"bandwidth": bytes/s,
-    "rows": [(phase, bytes, floor seconds, median seconds)], "items": phase → [(item, bytes)]}``, the
-    copy bandwidth measured now on every rank at once (:func:`hpcgc.traffic.copy_bandwidth`: 64 MiB
-    buffers shared among the ranks, beyond the last-level cache); {} off rank 0. Collective."""
+    "rows": [(phase, bytes, floor seconds, median seconds)], "line_rows": [(phase, bytes counted in
+    64-byte lines, floor seconds)], "items": phase → [Item]}``, the copy bandwidth measured now on
+    every rank at once (:func:`hpcgc.traffic.copy_bandwidth`: 64 MiB buffers shared among the ranks,
+    beyond the last-level cache); {} off rank 0. Collective."""
     from . import traffic as tr
     every = per_rank_ledger(transport, done)
     bw = tr.copy_bandwidth(transport)
@@ -165,7 +166,8 @@ def traffic(run, transport, done: int, local, clock) -> dict:
         return {}
     items = tr.rank0_items(run, local, every)
     med = tr.phase_medians(clock.per_iteration, clock.totals, done)
-    return {"bandwidth": bw, "rows": tr.traffic_rows(items, med, bw), "items": items}
+    return {"bandwidth": bw, "rows": tr.traffic_rows(items, med, bw), "line_rows": tr.line_rows(items, bw),
+            "items": items}
 
 
 def run_floor(run, transport, done: int, state=None, clock=None, **kw) -> dict:

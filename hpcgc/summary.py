@@ -126,22 +126,30 @@ def floor_table(summaries) -> str:
 def traffic_table(summaries) -> str:
     """Rank 0's memory-traffic floor per phase of each run (:mod:`hpcgc.traffic`, printed by
     ``floor``): the bytes the phase's mathematics reads and writes, their time at the copy
-    bandwidth measured in the same run, the measured median and the ratio; empty when no run has
-    the figures."""
+    bandwidth measured in the same run, the measured median and the ratio; then the same counted in
+    64-byte lines (lineMB, lfloor, lratio); empty when no run has the figures."""
     runs = [s for s in summaries if getattr(s, "traffic", None)]
     if not runs:
         return ""
-    head = f"{RUN_HEAD} {'phase':<9} {'MB':>8} {'floor(ms)':>10} {'median(ms)':>10} {'ratio':>7}"
+    head = (f"{RUN_HEAD} {'phase':<9} {'MB':>8} {'floor(ms)':>10} {'median(ms)':>10} {'ratio':>7} "
+            f"{'lineMB':>8} {'lfloor(ms)':>10} {'lratio':>7}")
     lines = ["# memory-traffic floor (rank 0, docs/performance.md): MB = what the phase's mathematics must read and "
-             "write (nonzeros, touched d-vectors, payloads); floor = MB at the copy bandwidth measured in the same "
-             "run (every rank at once, 64 MiB / n ranks per buffer); ratio = median / floor",
+             "write (nonzeros, touched d-vectors, payloads), 8 B per float64 even where scattered; floor = MB at the "
+             "copy bandwidth measured in the same run (every rank at once, 64 MiB / n ranks per buffer); "
+             "ratio = median / floor",
+             "# lineMB, lfloor, lratio: the same counted in 64-byte cache lines — a scattered access (x and the "
+             "gradient at the shard's columns, a sparse message's entries decoded into a d-vector) moves every line "
+             "it touches (64 B read, 64 B more where it writes), streamed ones as in MB; at the same bandwidth, "
+             "still a lower bound (scattered lines also lose the hardware prefetcher)",
              head, "-" * len(head)]
     for s in runs:
         lines.append(f"{run_columns(s)} {'copy':<9} {'GB/s:':>8} {s.traffic['bandwidth'] / 1e9:>10.2f}")
-        for ph, nbytes, fl, med in s.traffic["rows"]:
+        for (ph, nbytes, fl, med), (_, lbytes, lfl) in zip(s.traffic["rows"], s.traffic["line_rows"]):
             if math.isnan(nbytes):
                 lines.append(f"{run_columns(s)} {ph:<9} {'no model':>8} {'':>10} {1e3 * med:>10.4g}")
                 continue
             r = med / fl if math.isfinite(fl) and fl > 0 else math.nan
-            lines.append(f"{run_columns(s)} {ph:<9} {nbytes / 1e6:>8.4g} {1e3 * fl:>10.4g} {1e3 * med:>10.4g} {r:>7.3g}")
+            lr = med / lfl if math.isfinite(lfl) and lfl > 0 else math.nan
+            lines.append(f"{run_columns(s)} {ph:<9} {nbytes / 1e6:>8.4g} {1e3 * fl:>10.4g} {1e3 * med:>10.4g} {r:>7.3g} "
+                         f"{lbytes / 1e6:>8.4g} {1e3 * lfl:>10.4g} {lr:>7.3g}")
     return "\n".join(lines)

@@ -39,14 +39,32 @@ message — d for dense formats, k for top-k / rand-k):
     other     hpcgc's bookkeeping: no bytes (the measured figure is shown, no ratio)
 
 Only DCGD, DIANA and EF with a sparse (CSR) or dense shard have a model; other methods print
-``no model``. A gather between ranks is counted as a stream of the touched bytes (8 bytes per
-float64, not a 64-byte line): the floor is a lower bound, as a floor should be.
+``no model``. This **byte floor** counts every access as a stream of the touched bytes (8 per
+float64) even where it is scattered — a lower bound, as a floor should be, but a loose one where
+the entries are far apart: the memory system moves 64-byte lines (:data:`LINE`), and at d = 2²⁰
+with k = d/64 entries per message nearly every entry is a line of its own (≈ 8× its bytes).
 
-``tests/test_traffic.py`` checks the counts against a hand count on a small problem.
+The **line floor** beside it counts the same items in lines. Each :class:`Item` is streamed
+(counted as above) or scattered (:class:`Scatter`): a scattered item over N entries of a float64
+vector of length L counts 64 bytes per distinct line it touches, and 64 more per line where it
+writes (read-modify-write: a partly written line comes in first) — the lines exact where the
+positions are known from the data (x and the gradient at the shard's u columns: the distinct
+column // 8, :func:`column_lines`), else the expectation for N uniformly random distinct positions,
+(L/8)·(1 − C(L − 8, N)/C(L, N)), computed exactly (:func:`expected_lines`; top-k's positions are not
+random, but nothing makes them cluster). The scattered items: ``grad``'s x at the u columns and the
+gradient's read-modify-write there; ``compress``'s own decode of a sparse message (k < d entries of
+e or h); ``server``'s decode of n sparse messages into the aggregate, or EF's step at x (N = n·k).
+Lines are 8 entries from the vector's start (a vector not 64-byte aligned can touch a few more).
+It is still a lower bound: lines visited at random also lose the hardware prefetcher (their
+latency, not the bandwidth, then bounds the access), which neither floor charges.
+
+``tests/test_traffic.py`` checks both counts against a hand count on small problems (the expected
+lines also against an average over seeded random draws).
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -59,6 +77,80 @@ COPY_BYTES = 64 << 20
 ranks, COPY_BYTES / n (at least 8 MiB): together the ranks copy beyond the last-level cache
 without 32 ranks allocating 4 GiB."""
 MODELLED = ("dcgd", "diana", "ef")
+LINE = 64
+"""Bytes of a cache line — what the memory system moves (x86-64; Arm Neoverse): the line floor's unit."""
+PER_LINE = LINE // 8
+"""float64 entries per line; entry j of a vector is in line j // 8 (a vector taken as 64-byte aligned)."""
+
+
+def expected_lines(entries: int, length: int) -> float:
+    """Expected distinct lines touched by ``entries`` uniformly random distinct positions among the
+    ``length`` entries of a float64 vector: Σ over its lines of 1 − C(length − s, N)/C(length, N), s
+    the line's entries (8; ``length`` mod 8 for a last, partial line) — exact, with
+    C(L − s, N)/C(L, N) = Π_{i<s} (L − N − i)/(L − i); = (L/8)·(1 − C(L − 8, N)/C(L, N)) when 8 divides
+    L. ``entries`` ≥ ``length``: every line."""
+    n, length = int(entries), int(length)
+    if n <= 0 or length <= 0:
+        return 0.0
+    full, rest = divmod(length, PER_LINE)
+    if n >= length:
+        return float(full + (rest > 0))
+
+    def untouched(s: int) -> float:
+        p = 1.0
+        for i in range(s):
+            p *= (length - n - i) / (length - i)
+        return p
+    return full * (1.0 - untouched(PER_LINE)) + ((1.0 - untouched(rest)) if rest else 0.0)
+
+
+def column_lines(A) -> int | None:
+    """Distinct lines of a d-vector at a CSR shard's columns (distinct column // 8), or None for a
+    shard that is not CSR."""
+    if A is None or not hasattr(A, "indptr"):
+        return None
+    z = int(A.indptr[-1])
+    return int(np.unique(A.indices[:z] // PER_LINE).size) if z else 0
+
+
+@dataclass(frozen=True)
+class Scatter:
+    """A scattered access to ``entries`` positions of a float64 vector of ``length`` entries, which
+    reads them (``writes`` False) or also writes them. ``lines``: the distinct lines it touches where
+    the positions are known from the data, else None: :func:`expected_lines` (uniformly random
+    distinct positions)."""
+    entries: int
+    length: int
+    writes: bool
+    lines: int | None = None
+
+    def line_bytes(self) -> float:
+        """64 bytes per line read, and 64 more per line where it writes (a line partly written comes
+        in first: its other entries are kept)."""
+        lines = self.lines if self.lines is not None else expected_lines(self.entries, self.length)
+        return float(LINE * lines * (2 if self.writes else 1))
+
+
+@dataclass(frozen=True)
+class Item:
+    """One term of a phase's traffic: ``what``, the bytes the byte floor counts (``nbytes``: 8 per
+    float64 touched) and how it is accessed — ``scatter`` None for a stream, else a :class:`Scatter`.
+    Unpacks as the pair (what, bytes)."""
+    what: str
+    nbytes: float
+    scatter: Scatter | None = None
+
+    def __iter__(self):
+        return iter((self.what, self.nbytes))
+
+
+def line_bytes(item) -> float:
+    """The bytes of ``item`` counted in lines: a stream's bytes as counted (a plain (what, bytes)
+    pair is a stream), a scattered item's lines (:meth:`Scatter.line_bytes`) — never below its byte
+    count (more entries than the vector has: positions repeat, the byte count stands)."""
+    _, nbytes = item
+    sc = getattr(item, "scatter", None)
+    return float(nbytes) if sc is None else max(float(nbytes), sc.line_bytes())
 
 
 def copy_bandwidth(transport=None, nbytes: int | None = None, batches: int = 15) -> float:
@@ -85,37 +177,42 @@ def copy_bandwidth(transport=None, nbytes: int | None = None, batches: int = 15)
     return float(transport.bcast_object(bw)) if transport is not None else bw
 
 
-def shard_counts(A) -> dict:
+def shard_counts(A, lines: bool = False) -> dict:
     """The data side of the gradient's count: rows m, nonzeros z, distinct columns u, index width I
-    (CSR), or None for a shard that is not a matrix (models)."""
+    (CSR), or None for a shard that is not a matrix (models); with ``lines``, also (CSR) the distinct
+    lines of a d-vector at its columns (``lines``: :func:`column_lines`)."""
     if A is None:
         return None
     if hasattr(A, "indptr"):
         z = int(A.indptr[-1])
         u = int(np.unique(A.indices[:z]).size) if z else 0
-        return {"sparse": True, "m": int(A.shape[0]), "z": z, "u": u, "I": int(A.indices.dtype.itemsize)}
+        out = {"sparse": True, "m": int(A.shape[0]), "z": z, "u": u, "I": int(A.indices.dtype.itemsize)}
+        return {**out, "lines": column_lines(A)} if lines else out
     m, d = A.shape
     return {"sparse": False, "m": int(m), "z": int(m * d), "u": int(d), "I": 0}
 
 
 def grad_items(algorithm: str, d: int, shard: dict, l2: float) -> list:
-    """(item, bytes) of one full gradient of the shard and the algorithm's use of it (module doc)."""
+    """[:class:`Item`] of one full gradient of the shard and the algorithm's use of it (module doc):
+    x and the gradient at a CSR shard's u columns scattered, at ``shard["lines"]`` lines where the
+    shard's counts have them (:func:`shard_counts`), else at u random columns' expected lines."""
     m, z, u, ix = shard["m"], shard["z"], shard["u"], shard["I"]
     if shard["sparse"]:
-        items = [("nonzeros, margins pass", z * (8 + ix) + (m + 1) * ix), ("x at the shard's columns", 8 * u),
-                 ("labels and weights", 16 * m), ("nonzeros, scatter pass", z * (8 + ix)),
-                 ("gradient at the shard's columns (read-modify-write)", 16 * u)]
+        cols = Scatter(u, d, writes=False, lines=shard.get("lines"))
+        items = [Item("nonzeros, margins pass", z * (8 + ix) + (m + 1) * ix), Item("x at the shard's columns", 8 * u, cols),
+                 Item("labels and weights", 16 * m), Item("nonzeros, scatter pass", z * (8 + ix)),
+                 Item("gradient at the shard's columns (read-modify-write)", 16 * u, replace(cols, writes=True))]
     else:
-        items = [("matrix, margins pass", 8 * z), ("x", 8 * d), ("labels and weights", 16 * m),
-                 ("matrix, transposed product", 8 * z)]
+        items = [Item("matrix, margins pass", 8 * z), Item("x", 8 * d), Item("labels and weights", 16 * m),
+                 Item("matrix, transposed product", 8 * z)]
     if l2:
-        items.append(("x for the l2 term", 8 * d))
+        items.append(Item("x for the l2 term", 8 * d))
     if algorithm == "ef":
-        items.append(("memory e read and written (e + γg in place)", 16 * d))
+        items.append(Item("memory e read and written (e + γg in place)", 16 * d))
     else:
-        items.append(("message written (g, or g - h)", 8 * d))
+        items.append(Item("message written (g, or g - h)", 8 * d))
         if algorithm == "diana":
-            items.append(("shift h read", 8 * d))
+            items.append(Item("shift h read", 8 * d))
     return items
 
 
@@ -126,70 +223,75 @@ def kept_entries(comp, d: int) -> int:
 
 
 def compress_items(algorithm: str, comp, collective: str, d: int, payload: float, own_decode: bool) -> list:
-    """(item, bytes) of the worker's message (module doc): ``payload`` = this rank's mean payload
-    bytes per iteration (``allreduce``: the wire vector's)."""
+    """[:class:`Item`] of the worker's message (module doc): ``payload`` = this rank's mean payload
+    bytes per iteration (``allreduce``: the wire vector's); a sparse own decode (k < d entries) is
+    scattered."""
     passes = PASSES.get(comp.name, 1)
-    items = [(f"message read ({passes} pass{'es' if passes > 1 else ''})", 8 * d * passes),
-             ("payload written" if collective != "allreduce" else "wire vector written", payload)]
+    items = [Item(f"message read ({passes} pass{'es' if passes > 1 else ''})", 8 * d * passes),
+             Item("payload written" if collective != "allreduce" else "wire vector written", payload)]
     if own_decode:
         k = kept_entries(comp, d)
-        items += [("own payload read (own decode)", payload), ("own decode: state read-modify-write", 16 * k)]
+        items += [Item("own payload read (own decode)", payload),
+                  Item("own decode: state read-modify-write", 16 * k, Scatter(k, d, writes=True) if k < d else None)]
     return items
 
 
 def second_stage_items(comp, seg: int, payload: float, alpha2: float) -> list:
-    """(item, bytes) of the owner's stage 2 under ``reduce-scatter`` (module doc): its segment's sum
+    """[:class:`Item`] of the owner's stage 2 under ``reduce-scatter`` (module doc): its segment's sum
     read once per pass of the compressor, the stage-2 payload written, and — where the algorithm
     keeps a second-stage state (α₂ ≠ 0: DIANA's shift D, EF's error; ``Algorithm.second_stage``) —
     that state read and written (16 bytes per coordinate of the segment)."""
     passes = PASSES.get(comp.name, 1)
-    items = [(f"segment re-compression: sum read ({passes} pass{'es' if passes > 1 else ''})", 8 * seg * passes),
-             ("stage-2 payload written", payload)]
+    items = [Item(f"segment re-compression: sum read ({passes} pass{'es' if passes > 1 else ''})", 8 * seg * passes),
+             Item("stage-2 payload written", payload)]
     if alpha2:
-        items.append(("second-stage state D read and written (α₂ ≠ 0)", 16 * seg))
+        items.append(Item("second-stage state D read and written (α₂ ≠ 0)", 16 * seg))
     return items
 
 
 def server_items(algorithm: str, comp, collective: str, d: int, n: int, payloads, wire: float,
                  alpha: float, beta: float, rs: dict | None = None) -> list:
-    """(item, bytes) of rank 0's server phase (module doc): ``payloads`` = the n workers' mean
+    """[:class:`Item`] of rank 0's server phase (module doc): ``payloads`` = the n workers' mean
     payload bytes (gather, allgather), ``wire`` = the summed wire vector's bytes (allreduce), ``rs`` =
     reduce-scatter's stage sizes (``p1``: rank 0's received stage-1 bytes, ``p2``: all stage-2 bytes,
-    ``seg``: its segment's length, ``p2_own``: its own stage-2 payload)."""
+    ``seg``: its segment's length, ``p2_own``: its own stage-2 payload). A sparse format's n·k decoded
+    entries (into the aggregate, or EF's x) are scattered: n·k random distinct positions of d."""
     k = kept_entries(comp, d)
     sparse = k < d
+    entries = Scatter(n * k, d, writes=True) if sparse else None
     items = []
     if collective == "allreduce":
-        items.append(("summed wire vector read", wire))
+        items.append(Item("summed wire vector read", wire))
     elif collective == "reduce-scatter":
         seg = rs["seg"]
-        items += [("stage-1 pieces read", rs["p1"]), ("segment sum (first written, others read-modify-write)",
-                                                      8 * seg + 16 * seg * (n - 1)),
-                  ("stage-2 payloads read", rs["p2"]), ("aggregate written", 8 * d)]
+        items += [Item("stage-1 pieces read", rs["p1"]),
+                  Item("segment sum (first written, others read-modify-write)", 8 * seg + 16 * seg * (n - 1)),
+                  Item("stage-2 payloads read", rs["p2"]), Item("aggregate written", 8 * d)]
     else:
-        items.append(("payloads read", float(sum(payloads))))
+        items.append(Item("payloads read", float(sum(payloads))))
         if not (sparse and algorithm == "ef"):
-            items.append(("aggregate (first written, others read-modify-write)", 8 * k + 16 * k * (n - 1)))
+            items.append(Item("aggregate (first written, others read-modify-write)", 8 * k + 16 * k * (n - 1),
+                              entries))
     if sparse and algorithm == "ef" and collective in ("gather", "allgather"):
-        items.append(("x at the decoded entries (read-modify-write)", 16 * k * n))
+        items.append(Item("x at the decoded entries (read-modify-write)", 16 * k * n, entries))
         return items
-    items.append(("x read and written", 16 * d))
+    items.append(Item("x read and written", 16 * d))
     if collective != "allreduce":
-        items.append(("aggregate read by the step", 8 * d))
+        items.append(Item("aggregate read by the step", 8 * d))
     if algorithm == "diana" and alpha:
-        items.append(("shift h read and written", 16 * d))
+        items.append(Item("shift h read and written", 16 * d))
     if beta:
-        items.append(("heavy-ball v read and written", 16 * d))
+        items.append(Item("heavy-ball v read and written", 16 * d))
     return items
 
 
 def rank0_items(run, local, ledger_per_rank: np.ndarray) -> dict | None:
-    """Phase → [(item, bytes)] of rank 0's iteration, or None when the run has no model (module doc).
+    """Phase → [:class:`Item`] of rank 0's iteration, or None when the run has no model (module doc).
     ``ledger_per_rank``: every rank's mean bytes per iteration per collective (``LEDGER`` order)."""
     from .transport import LEDGER
     alg, r = run.alg, run.r
     name, coll = r["algorithm"], r["collective"]
-    shard = shard_counts(getattr(local, "A", None))
+    shard = shard_counts(getattr(local, "A", None), lines=True)
     if name not in MODELLED or shard is None or 0 not in run.s.worker_ranks:
         return None
     d, n = run.s.d, run.s.n_workers
@@ -239,6 +341,17 @@ def traffic_rows(items: dict | None, medians: dict, bandwidth: float) -> list:
     for ph in PHASES:
         b = float(sum(v for _, v in items[ph])) if items is not None else np.nan
         rows.append((ph, b, b / bandwidth if ph != "other" else np.nan, medians[ph]))
+    return rows
+
+
+def line_rows(items: dict | None, bandwidth: float) -> list:
+    """[(phase, bytes counted in lines, floor seconds)] — the line floor (:func:`line_bytes`) beside
+    :func:`traffic_rows`' byte floor, at the same bandwidth: bytes NaN where the run has no model,
+    floor NaN for ``other``."""
+    rows = []
+    for ph in PHASES:
+        b = float(sum(line_bytes(it) for it in items[ph])) if items is not None else np.nan
+        rows.append((ph, b, b / bandwidth if ph != "other" else np.nan))
     return rows
 
 

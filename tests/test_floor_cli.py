@@ -58,6 +58,10 @@ def test_floor_command_table_and_file(tmp_path, n):
         elif f[4] != "other":
             mb, fl, med, ratio = map(float, f[5:9])       # (printed to 4 decimals of ms: no ratio check at this size)
             assert mb > 0 and fl > 0 and med > 0 and ratio > 0
+            line_mb, line_fl, line_ratio = map(float, f[9:12])     # the same counted in 64-byte lines
+            assert line_mb >= mb and line_fl >= fl and 0 < line_ratio <= ratio, show(p)
+        else:
+            assert len(f) == 12 and f[9] == "0", show(p)          # 'other': no bytes, in lines neither
 
 
 def test_bad_floor_seconds_is_one_message_exit_2_no_file(tmp_path):

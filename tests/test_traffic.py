@@ -1,8 +1,13 @@
 """The memory-traffic floor's byte counts (:mod:`hpcgc.traffic`) against a hand count on a small
-problem: a 3 × 6 CSR shard with 5 nonzeros in 4 distinct columns (int32 indices)."""
+problem: a 3 × 6 CSR shard with 5 nonzeros in 4 distinct columns (int32 indices); its line counts
+(64-byte lines where the access is scattered) on a 3 × 40 shard whose 5 columns fall in 4 lines, and
+the expected lines of random positions by hand, by enumeration and against seeded random draws."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
+import pytest
 import scipy.sparse as sp
 
 from hpcgc import compressors
@@ -66,3 +71,107 @@ def test_rows_divide_by_the_bandwidth():
     assert rows[0] == ("grad", 100.0, 1e-6, 2e-6) and tr.ratio(2e-6, 1e-6) == 2.0
     assert np.isnan(tr.ratio(1e-6, rows[2][2])) and np.isnan(rows[3][2])     # no bytes; 'other': no floor
     assert tr.copy_bandwidth(nbytes=1 << 20, batches=3) > 0
+
+
+# -- the line floor: the same items counted in 64-byte lines (8 float64) where the access is scattered --------------
+
+def line_shard(lines: bool = True):
+    #   d = 40 (5 lines of 8 entries)   row 0: columns 0, 9   row 1: 9, 17   row 2: 23, 39
+    #   distinct columns 0, 9, 17, 23, 39 (u = 5); their lines 0, 1, 2, 2, 4: 4 distinct lines
+    A = sp.csr_matrix((np.ones(6), np.array([0, 9, 9, 17, 23, 39], dtype=np.int32),
+                       np.array([0, 2, 4, 6], dtype=np.int32)), shape=(3, 40))
+    return tr.shard_counts(A, lines=lines)
+
+
+def line_total(items):
+    return sum(tr.line_bytes(it) for it in items)
+
+
+def test_expected_lines_by_hand_and_by_enumeration():
+    # one entry: one line; two of 16 (2 lines): both in one line with probability 2·C(8, 2)/C(16, 2) = 56/120
+    assert tr.expected_lines(1, 16) == 1.0
+    assert tr.expected_lines(2, 16) == pytest.approx((1 * 56 + 2 * 64) / 120, rel=1e-14)
+    assert tr.expected_lines(2, 40) == pytest.approx(5 * (1 - (32 * 31) / (40 * 39)), rel=1e-14)
+    assert tr.expected_lines(0, 40) == 0.0 and tr.expected_lines(40, 40) == tr.expected_lines(99, 40) == 5.0
+    assert tr.expected_lines(50, 43) == 6.0                                # a partial last line of 3 entries
+    # every N-subset of 19 entries (2 full lines and one of 3), averaged: the formula exactly
+    for n in (1, 2, 3, 5, 11, 17, 19):
+        exact = np.mean([len({j // 8 for j in c}) for c in itertools.combinations(range(19), n)])
+        assert tr.expected_lines(n, 19) == pytest.approx(exact, rel=1e-12), n
+
+
+@pytest.mark.parametrize("n,length", [(3, 40), (10, 43), (64, 4096), (300, 4096)])
+def test_expected_lines_against_seeded_random_draws(n, length):
+    """N distinct positions drawn uniformly (seeded): the mean number of distinct lines within four
+    standard errors of :func:`expected_lines` (64 of 4096: k = d/64, the documented regime)."""
+    rng = np.random.default_rng(12345)
+    draws = 4000
+    pos = np.argsort(rng.random((draws, length)), axis=1)[:, :n]       # a uniform N-subset per row
+    touched = np.zeros((draws, -(-length // 8)), dtype=bool)
+    touched[np.arange(draws)[:, None], pos // 8] = True
+    counts = touched.sum(axis=1)
+    se = counts.std(ddof=1) / np.sqrt(draws)
+    assert abs(counts.mean() - tr.expected_lines(n, length)) < 4 * se + 1e-12, (counts.mean(), se)
+    if (n, length) == (64, 4096):
+        assert tr.expected_lines(n, length) > 0.94 * n        # nearly every entry a line of its own
+
+
+def test_column_lines_from_the_data():
+    assert line_shard() == {"sparse": True, "m": 3, "z": 6, "u": 5, "I": 4, "lines": 4}
+    assert tr.column_lines(None) is None and tr.column_lines(np.ones((2, 3))) is None
+
+
+def test_gradient_lines_by_hand():
+    d = 40
+    # bytes: margins 6 x 12 + 4 x 4 = 88; x at 5 columns 40; labels and weights 48; scatter 72; gradient
+    # at 5 columns read-modify-write 80; l2: x 320; output 320
+    by_bytes = 88 + 40 + 48 + 72 + 80 + 320 + 320
+    assert total(tr.grad_items("dcgd", d, line_shard(), 0.1)) == by_bytes == 968
+    # lines: x at the columns' 4 lines read (4 x 64 = 256), the gradient's 4 lines read and written (512);
+    # the streams as counted
+    assert line_total(tr.grad_items("dcgd", d, line_shard(), 0.1)) == by_bytes - 40 - 80 + 256 + 512 == 1616
+    assert line_total(tr.grad_items("ef", d, line_shard(), 0.0)) == 1616 - 320 - 320 + 640
+    # without the data's lines: 5 random distinct columns of 40, 5·(1 − C(32, 5)/C(40, 5)) lines expected
+    e = 5 * (1 - 201376 / 658008)
+    assert line_total(tr.grad_items("dcgd", d, line_shard(lines=False), 0.1)) == pytest.approx(
+        by_bytes - 120 + 3 * 64 * e, rel=1e-12)
+    # a dense shard has no scattered access: lines = bytes
+    dense = tr.shard_counts(np.ones((3, 40)))
+    assert line_total(tr.grad_items("diana", d, dense, 0.1)) == total(tr.grad_items("diana", d, dense, 0.1))
+
+
+def test_compress_and_server_lines_by_hand():
+    d, n = 40, 2
+    qsgd, topk, randk = compressors.make("qsgd:s=2"), compressors.make("topk:k=2"), compressors.make("randk:k=2")
+    one, two = 5 * (1 - (32 * 31) / (40 * 39)), 5 * (1 - (32 * 31 * 30 * 29) / (40 * 39 * 38 * 37))
+    # EF + top-k: message read 320, payload 30, own payload 30 (streams); the own decode at 2 of 40
+    # entries of e read and written: 16 bytes → 128 per expected line
+    assert total(tr.compress_items("ef", topk, "allgather", d, 30, own_decode=True)) == 320 + 30 + 30 + 32
+    assert line_total(tr.compress_items("ef", topk, "allgather", d, 30, own_decode=True)) == pytest.approx(
+        320 + 30 + 30 + 128 * one, rel=1e-12)
+    # a dense own decode (qsgd, DIANA: h at every entry) is a stream
+    dense = tr.compress_items("diana", qsgd, "gather", d, 40, own_decode=True)
+    assert line_total(dense) == total(dense) == 320 * 2 + 40 + 40 + 640
+    # EF + top-k server: payloads 60 read; x at n·k = 4 random distinct entries read and written
+    assert line_total(tr.server_items("ef", topk, "allgather", d, n, [30, 30], 0, alpha=0.0, beta=0.0)) == \
+        pytest.approx(60 + 128 * two, rel=1e-12)
+    # DIANA + rand-k under gather: the aggregate (bytes 8k + 16k(n − 1) = 48) at 4 entries → 128 per line;
+    # x, the aggregate read by the step and h: streams (16d + 8d + 16d)
+    items = tr.server_items("diana", randk, "gather", d, n, [20, 20], 0, alpha=0.5, beta=0.0)
+    assert total(items) == 40 + 48 + 640 + 320 + 640
+    assert line_total(items) == pytest.approx(40 + 128 * two + 640 + 320 + 640, rel=1e-12)
+    # more entries than the vector has (n·k = 60 of 40): every line (640), never below the bytes (720)
+    wide = tr.server_items("dcgd", compressors.make("randk:k=30"), "gather", d, n, [0, 0], 0, alpha=0.0, beta=0.0)
+    assert line_total(wide) == total(wide) == 8 * 30 + 16 * 30 + 640 + 320
+    # reduce-scatter's and allreduce's items are streams
+    rs = tr.second_stage_items(qsgd, 20, 20, alpha2=0.5)
+    assert line_total(rs) == total(rs)
+
+
+def test_line_rows_divide_by_the_same_bandwidth():
+    items = {"grad": [tr.Item("x at columns", 8, tr.Scatter(1, 40, writes=False, lines=1)), ("a", 100)],
+             "compress": [("b", 50)], "server": [], "other": []}
+    rows = tr.line_rows(items, 1e8)
+    assert rows[0] == ("grad", 164.0, 1.64e-6) and rows[1] == ("compress", 50.0, 5e-7)
+    assert rows[2] == ("server", 0.0, 0.0) and np.isnan(rows[3][2])
+    assert all(np.isnan(b) for _, b, _ in tr.line_rows(None, 1e8))
