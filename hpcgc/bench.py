@@ -60,7 +60,8 @@ commands (each has --help, e.g. `hpcgc report --help`):
   floor     run the experiment, then time each run's own collectives with its message sizes and
             nothing else, and its own kernels alone; print hpcgc's median iteration / that floor,
             and / (collectives + kernels) (= run --floor), and rank 0's memory-traffic floor
-            per phase (bytes the phase's mathematics moves at the measured copy bandwidth;
+            per phase (bytes the phase's mathematics moves at the measured copy bandwidth; then
+            the same counted in 64-byte lines where the access is scattered: lineMB, lratio;
             docs/performance.md):
             mpiexec -n 2 hpcgc floor --config exp.toml
   micro     compressor micro-benchmark (throughput vs memory bandwidth, bits, omega)

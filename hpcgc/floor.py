@@ -38,6 +38,11 @@ iteration that is the slowest rank's worker kernels plus rank 0's server step (a
 iteration waits for both). It is what a hand-written loop with the same kernels and collectives
 could not go below (``scripts/handwritten-loop.py``); hpcgc's median iteration over it is the ratio
 ``docs/performance.md`` quotes. The copies leave the run's results untouched.
+
+**Memory traffic** (:func:`traffic`; printed by ``floor``, not stored): rank 0's phases against the
+bytes their mathematics must move at the copy bandwidth measured after the run — counted as
+streams of the touched bytes (the byte floor) and again in 64-byte lines where the access is
+scattered (the line floor; :mod:`hpcgc.traffic`).
 """
 from __future__ import annotations
 

@@ -7,7 +7,9 @@ traffic`` (``hpcgc floor``'s "memory-traffic floor" rows), several rounds and ch
 e.g. ``before=traffic-before-r1.log before=traffic-before-r2.log after=traffic-after-r1.log ...``.
 Per (label, run, phase): rank 0's median phase time and its ratio to the run's own floor, each over
 the rounds given — the median and its interval (:mod:`hpcgc.analysis.spread`: [min, max] below six
-rounds) — and the copy bandwidth the floors were taken at.
+rounds) — and the copy bandwidth the floors were taken at; then the ratios to the line floor (the
+same items counted in 64-byte lines where the access is scattered: ``lratio``, docs/performance.md;
+``-`` for logs from before the floor printed it).
 A ratio is always against the floor of the same run (its copy bandwidth), so rounds measured at a
 different bandwidth are compared by their ratios, and the time columns show what moved.
 """
@@ -27,7 +29,8 @@ ROW = re.compile(r"^(\d{3})\s+(\S+)\s+(\S+)\s+(\S+)\s+(grad|compress|server|copy
 
 
 def parse(path: str) -> dict:
-    """{(run, algorithm, compressor, collective): {phase: (median ms, ratio) or copy GB/s}}."""
+    """{(run, algorithm, compressor, collective): {phase: (median ms, ratio, line ratio) or copy GB/s}}
+    (line ratio NaN in a log without the line columns)."""
     out: dict = defaultdict(dict)
     for line in open(path):
         m = ROW.match(line.strip())
@@ -36,8 +39,8 @@ def parse(path: str) -> dict:
         key, phase, rest = m.group(1, 2, 3, 4), m.group(5), m.group(6).split()
         if phase == "copy":
             out[key]["copy"] = float(rest[-1])
-        elif len(rest) == 4:
-            out[key][phase] = (float(rest[2]), float(rest[3]))
+        elif len(rest) in (4, 7):                  # MB floor median ratio [lineMB lfloor lratio]
+            out[key][phase] = (float(rest[2]), float(rest[3]), float(rest[6]) if len(rest) == 7 else float("nan"))
     return out
 
 
@@ -62,7 +65,8 @@ def main() -> int:
             for ph, v in phases.items():
                 data[(label, key)][ph].append(v)
     header = ["run", "checkout", "rounds", "copy GB/s", *(f"{p} ms" for p in ("grad", "compress", "server")),
-              *(f"{p} / floor" for p in ("grad", "compress", "server"))]
+              *(f"{p} / floor" for p in ("grad", "compress", "server")),
+              *(f"{p} / line floor" for p in ("grad", "compress", "server"))]
     rows = []
     for key in sorted({k for _, k in data}):
         for label in labels:
@@ -71,8 +75,9 @@ def main() -> int:
                 continue
             run = f"{key[0]} {key[1]} {key[2]} {key[3]}"
             rows.append([run, label, str(len(d["copy"])), cell(d["copy"]),
-                         *(cell([t for t, _ in d[p]]) for p in ("grad", "compress", "server")),
-                         *(cell([r for _, r in d[p]]) for p in ("grad", "compress", "server"))])
+                         *(cell([t for t, _, _ in d[p]]) for p in ("grad", "compress", "server")),
+                         *(cell([r for _, r, _ in d[p]]) for p in ("grad", "compress", "server")),
+                         *(cell([lr for _, _, lr in d[p]]) for p in ("grad", "compress", "server"))])
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for r in rows:
         print("| " + " | ".join(r) + " |")
