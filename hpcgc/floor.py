@@ -42,7 +42,8 @@ could not go below (``scripts/handwritten-loop.py``); hpcgc's median iteration o
 **Memory traffic** (:func:`traffic`; printed by ``floor``, not stored): rank 0's phases against the
 bytes their mathematics must move at the copy bandwidth measured after the run — counted as
 streams of the touched bytes (the byte floor) and again in 64-byte lines where the access is
-scattered (the line floor; :mod:`hpcgc.traffic`).
+scattered (the line floor; :mod:`hpcgc.traffic`) — a sparse message's lines those of the entries
+each worker's next message carries (:func:`next_positions`, on copies of the run's state).
 """
 from __future__ import annotations
 
@@ -158,18 +159,54 @@ def kernels(run, transport, state, seconds: float = SECONDS) -> float:
     return float(worker + transport.bcast_object(server))
 
 
-def traffic(run, transport, done: int, local, clock) -> dict:
+def next_positions(run, transport, state) -> list | None:
+    """The positions each worker's next message carries — its gradient and message computed once on
+    copies of the finished run's state (as :func:`kernels` does), decoded — on rank 0, in worker
+    order, for the line floor's message items (:mod:`hpcgc.traffic`: the distinct lines of the
+    entries really sent, not of random ones; top-k's cluster where the data's frequent features are
+    neighbours). None off rank 0, and where the messages are not one sparse payload per worker
+    (``gather``/``allgather``, DCGD/DIANA/EF, a format of k < d entries) or do not replay. Collective."""
+    from . import traffic as tr
+    d = run.s.d
+    if not (run.r["collective"] in ("gather", "allgather") and run.r["algorithm"] in tr.MODELLED
+            and all(tr.kept_entries(c, d) < d for c in run.comps)):
+        return None
+    ws, _, x, local, rng = state
+    payload = None
+    if ws is not None:
+        try:
+            ws, rng = copy.deepcopy(ws), copy.deepcopy(rng)
+            run.alg.worker_compute(ws, np.array(x), local, rng)
+            payload = np.array(run.alg.worker_encode(ws, rng), copy=True)
+        except Exception:       # noqa: BLE001 — a method whose copies do not replay: the expectation instead
+            payload = None
+    payloads = transport.gather_object(payload)                 # rank 0: every rank's (None: no worker)
+    if not transport.is_root:
+        return None
+    out = []
+    for i, rk in enumerate(run.s.worker_ranks):
+        if payloads[rk] is None:
+            return None
+        dense = np.zeros(d)
+        run.comps[i].decompress_add(payloads[rk], d, dense)
+        out.append(np.flatnonzero(dense))                    # (an entry of value 0 moves nothing)
+    return out
+
+
+def traffic(run, transport, done: int, state, clock) -> dict:
     """Rank 0's memory-traffic floor per phase (:mod:`hpcgc.traffic`): ``{"bandwidth": bytes/s,
     "rows": [(phase, bytes, floor seconds, median seconds)], "line_rows": [(phase, bytes counted in
     64-byte lines, floor seconds)], "items": phase → [Item]}``, the copy bandwidth measured now on
     every rank at once (:func:`hpcgc.traffic.copy_bandwidth`: 64 MiB buffers shared among the ranks,
-    beyond the last-level cache); {} off rank 0. Collective."""
+    beyond the last-level cache); {} off rank 0. ``state`` = (ws, ss, x, local, rng): the sparse
+    messages' lines from :func:`next_positions`. Collective."""
     from . import traffic as tr
     every = per_rank_ledger(transport, done)
+    positions = next_positions(run, transport, state)
     bw = tr.copy_bandwidth(transport)
     if not transport.is_root:
         return {}
-    items = tr.rank0_items(run, local, every)
+    items = tr.rank0_items(run, state[3], every, positions)
     med = tr.phase_medians(clock.per_iteration, clock.totals, done)
     return {"bandwidth": bw, "rows": tr.traffic_rows(items, med, bw), "line_rows": tr.line_rows(items, bw),
             "items": items}
@@ -190,5 +227,5 @@ def run_floor(run, transport, done: int, state=None, clock=None, **kw) -> dict:
         out["floor_kernels_seconds"] = out["floor_seconds"] + kernels(run, transport, state,
                                                                      kw.get("seconds", SECONDS))
         if clock is not None:
-            out["floor_traffic"] = traffic(run, transport, done, state[3], clock)
+            out["floor_traffic"] = traffic(run, transport, done, state, clock)
     return out

@@ -47,14 +47,20 @@ with k = d/64 entries per message nearly every entry is a line of its own (≈ 8
 The **line floor** beside it counts the same items in lines. Each :class:`Item` is streamed
 (counted as above) or scattered (:class:`Scatter`): a scattered item over N entries of a float64
 vector of length L counts 64 bytes per distinct line it touches, and 64 more per line where it
-writes (read-modify-write: a partly written line comes in first) — the lines exact where the
-positions are known from the data (x and the gradient at the shard's u columns: the distinct
-column // 8, :func:`column_lines`), else the expectation for N uniformly random distinct positions,
-(L/8)·(1 − C(L − 8, N)/C(L, N)), computed exactly (:func:`expected_lines`; top-k's positions are not
-random, but nothing makes them cluster). The scattered items: ``grad``'s x at the u columns and the
-gradient's read-modify-write there; ``compress``'s own decode of a sparse message (k < d entries of
-e or h); ``server``'s decode of n sparse messages into the aggregate, or EF's step at x (N = n·k).
-Lines are 8 entries from the vector's start (a vector not 64-byte aligned can touch a few more).
+writes (read-modify-write: a partly written line comes in first) — the lines counted where the
+positions are known: x and the gradient at the shard's u columns (the distinct column // 8,
+:func:`column_lines`), and under ``gather``/``allgather`` the entries of the workers' messages
+(:func:`lines_of` the entries of each worker's next message, computed on copies of the finished
+run's state by :func:`hpcgc.floor.next_positions`: one iteration's messages, where the byte counts
+are the run's means); else the expectation for N uniformly random distinct positions,
+(L/8)·(1 − C(L − 8, N)/C(L, N)), computed exactly (:func:`expected_lines`). Top-k's entries are
+not random: where the data's frequent features are neighbours (``synthetic:sparse`` puts them at
+the low indices) they share lines, and the expectation over-counts. The scattered items: ``grad``'s
+x at the u columns and the gradient's read-modify-write there; ``compress``'s own decode of a sparse
+message (k < d entries of e or h); ``server``'s decode of n sparse messages into the aggregate, or
+EF's step at x (N = n·k; the counted lines are those of all n messages' entries, a line two share
+once). Lines are 8 entries from the vector's start (a vector not 64-byte aligned can touch a few
+more).
 It is still a lower bound: lines visited at random also lose the hardware prefetcher (their
 latency, not the bandwidth, then bounds the access), which neither floor charges.
 
@@ -111,6 +117,13 @@ def column_lines(A) -> int | None:
         return None
     z = int(A.indptr[-1])
     return int(np.unique(A.indices[:z] // PER_LINE).size) if z else 0
+
+
+def lines_of(positions) -> int:
+    """Distinct lines of a float64 vector at the entries of the index arrays ``positions`` (all of
+    them: a line two messages share is counted once)."""
+    every = np.concatenate([np.asarray(p, dtype=np.int64) for p in positions]) if positions else np.zeros(0, np.int64)
+    return int(np.unique(every // PER_LINE).size)
 
 
 @dataclass(frozen=True)
@@ -222,17 +235,19 @@ def kept_entries(comp, d: int) -> int:
     return int(comp.params["k"]) if isinstance(comp, FixedKSparse) and "k" in comp.params else d
 
 
-def compress_items(algorithm: str, comp, collective: str, d: int, payload: float, own_decode: bool) -> list:
+def compress_items(algorithm: str, comp, collective: str, d: int, payload: float, own_decode: bool,
+                   own_lines: int | None = None) -> list:
     """[:class:`Item`] of the worker's message (module doc): ``payload`` = this rank's mean payload
     bytes per iteration (``allreduce``: the wire vector's); a sparse own decode (k < d entries) is
-    scattered."""
+    scattered, at ``own_lines`` lines (its message's, counted) or else at k random entries' expected."""
     passes = PASSES.get(comp.name, 1)
     items = [Item(f"message read ({passes} pass{'es' if passes > 1 else ''})", 8 * d * passes),
              Item("payload written" if collective != "allreduce" else "wire vector written", payload)]
     if own_decode:
         k = kept_entries(comp, d)
         items += [Item("own payload read (own decode)", payload),
-                  Item("own decode: state read-modify-write", 16 * k, Scatter(k, d, writes=True) if k < d else None)]
+                  Item("own decode: state read-modify-write", 16 * k,
+                       Scatter(k, d, writes=True, lines=own_lines) if k < d else None)]
     return items
 
 
@@ -250,15 +265,16 @@ def second_stage_items(comp, seg: int, payload: float, alpha2: float) -> list:
 
 
 def server_items(algorithm: str, comp, collective: str, d: int, n: int, payloads, wire: float,
-                 alpha: float, beta: float, rs: dict | None = None) -> list:
+                 alpha: float, beta: float, rs: dict | None = None, lines: int | None = None) -> list:
     """[:class:`Item`] of rank 0's server phase (module doc): ``payloads`` = the n workers' mean
     payload bytes (gather, allgather), ``wire`` = the summed wire vector's bytes (allreduce), ``rs`` =
     reduce-scatter's stage sizes (``p1``: rank 0's received stage-1 bytes, ``p2``: all stage-2 bytes,
     ``seg``: its segment's length, ``p2_own``: its own stage-2 payload). A sparse format's n·k decoded
-    entries (into the aggregate, or EF's x) are scattered: n·k random distinct positions of d."""
+    entries (into the aggregate, or EF's x) are scattered: at ``lines`` lines (the messages', counted:
+    the distinct lines of all their entries) or else at n·k random distinct positions' expected."""
     k = kept_entries(comp, d)
     sparse = k < d
-    entries = Scatter(n * k, d, writes=True) if sparse else None
+    entries = Scatter(n * k, d, writes=True, lines=lines) if sparse else None
     items = []
     if collective == "allreduce":
         items.append(Item("summed wire vector read", wire))
@@ -285,9 +301,11 @@ def server_items(algorithm: str, comp, collective: str, d: int, n: int, payloads
     return items
 
 
-def rank0_items(run, local, ledger_per_rank: np.ndarray) -> dict | None:
+def rank0_items(run, local, ledger_per_rank: np.ndarray, positions: list | None = None) -> dict | None:
     """Phase → [:class:`Item`] of rank 0's iteration, or None when the run has no model (module doc).
-    ``ledger_per_rank``: every rank's mean bytes per iteration per collective (``LEDGER`` order)."""
+    ``ledger_per_rank``: every rank's mean bytes per iteration per collective (``LEDGER`` order);
+    ``positions``: the entries of each worker's message (:func:`hpcgc.floor.next_positions`), whose
+    lines the sparse message items count, or None (the expectation for random positions)."""
     from .transport import LEDGER
     alg, r = run.alg, run.r
     name, coll = r["algorithm"], r["collective"]
@@ -315,12 +333,15 @@ def rank0_items(run, local, ledger_per_rank: np.ndarray) -> dict | None:
         kind = "Gatherv" if coll == "gather" else "Allgatherv"
         payloads = [float(col[kind][rk]) for rk in run.s.worker_ranks]
         mine, wire = payloads[run.s.worker_ranks.index(0)], 0.0
-    comp_items = compress_items(name, comp, coll, d, mine, own_decode)
+    own_lines = all_lines = None
+    if positions is not None:
+        own_lines, all_lines = lines_of([positions[run.s.worker_ranks.index(0)]]), lines_of(positions)
+    comp_items = compress_items(name, comp, coll, d, mine, own_decode, own_lines)
     if coll == "reduce-scatter":
         comp_items += second_stage_items(comp, rs["seg"], rs["p2_own"], float(alg.second_stage(d, n)[0]))
     return {"grad": grad_items(name, d, shard, float(getattr(local, "l2", 0.0))),
             "compress": comp_items,
-            "server": server_items(name, comp, coll, d, n, payloads, wire, alpha, beta, rs),
+            "server": server_items(name, comp, coll, d, n, payloads, wire, alpha, beta, rs, all_lines),
             "other": []}
 
 

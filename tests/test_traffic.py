@@ -168,6 +168,18 @@ def test_compress_and_server_lines_by_hand():
     assert line_total(rs) == total(rs)
 
 
+def test_lines_counted_from_the_messages_entries():
+    """Where the messages' entries are known (``hpcgc.floor.next_positions``) their lines are counted:
+    worker 0's entries 3, 9 (lines 0, 1), worker 1's 12, 33 (lines 1, 4): 2 own lines, 3 in all."""
+    d, n, topk = 40, 2, compressors.make("topk:k=2")
+    pos = [np.array([3, 9]), np.array([12, 33])]
+    assert tr.lines_of(pos[:1]) == 2 and tr.lines_of(pos) == 3 and tr.lines_of([]) == 0
+    own = tr.compress_items("ef", topk, "allgather", d, 30, own_decode=True, own_lines=tr.lines_of(pos[:1]))
+    assert line_total(own) == 320 + 30 + 30 + 128 * 2 and total(own) == 320 + 30 + 30 + 32
+    step = tr.server_items("ef", topk, "allgather", d, n, [30, 30], 0, alpha=0.0, beta=0.0, lines=tr.lines_of(pos))
+    assert line_total(step) == 60 + 128 * 3 and total(step) == 60 + 64
+
+
 def test_line_rows_divide_by_the_same_bandwidth():
     items = {"grad": [tr.Item("x at columns", 8, tr.Scatter(1, 40, writes=False, lines=1)), ("a", 100)],
              "compress": [("b", 50)], "server": [], "other": []}

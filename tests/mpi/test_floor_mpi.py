@@ -99,3 +99,30 @@ def test_phases_add_up_and_barriers_change_no_iterate(shared_dir):
         np.testing.assert_array_equal(a.series[key], b.series[key])
     for c in LEDGER:
         np.testing.assert_array_equal(a.mpi_bytes[c], b.mpi_bytes[c])
+
+
+@pytest.mark.parametrize("algorithm,collective,compressor", [("ef", "allgather", "topk:k=40"),
+                                                            ("diana", "gather", "randk:k=40")])
+def test_line_floor_counts_the_lines_of_the_messages_sent(shared_dir, algorithm, collective, compressor):
+    """The line floor's sparse message items (hpcgc.traffic) count the distinct lines of the entries
+    the workers' messages carry (hpcgc.floor.next_positions: each worker's next message on copies of
+    the run's state, gathered to rank 0), not the expectation for random ones; the run's results are
+    those of a run without the floor (its copies leave the state alone)."""
+    over = {"run.algorithm": algorithm, "run.collective": collective, "run.compressor": compressor,
+            "data.dataset": "synthetic:sparse,n=400,d=4096,nnz=10,seed=0"}
+    run, _, summaries = run_one(shared_dir / f"lines-{algorithm}.h5", over, floor=0.05)
+    plain, _, _ = run_one(shared_dir / f"lines-{algorithm}-plain.h5", over)
+    np.testing.assert_array_equal(run.x_final, plain.x_final)
+    if comm.rank != 0:
+        return
+    d, n, k = run.attrs["d"], run.attrs["n_workers"], 40
+    items = summaries[0].traffic["items"]
+    own = next(it for it in items["compress"] if it.scatter is not None).scatter
+    step = next(it for it in items["server"] if it.scatter is not None).scatter
+    assert own.entries == k and own.lines is not None and -(-k // 8) <= own.lines <= k
+    assert step.entries == n * k and step.lines is not None and own.lines <= step.lines <= min(n * k, -(-d // 8))
+    # the server's row in lines: its streams as counted plus 128 B per line of the messages' entries
+    streams = sum(it.nbytes for it in items["server"] if it.scatter is None)
+    assert summaries[0].traffic["line_rows"][2] == ("server", pytest.approx(streams + 128 * step.lines),
+                                                    pytest.approx((streams + 128 * step.lines)
+                                                                  / summaries[0].traffic["bandwidth"]))
