@@ -17,7 +17,11 @@ sizes. No bit ledger, no stop rules, no observers, no phase bookkeeping beyond s
 reads. Then rank 0 times the kernels alone, each in a tight loop (best of 5 × 2000 calls): the
 "kernels' own time" of the target's floor.
 
-    mpiexec -n 2 python scripts/handwritten-loop.py [--iterations 3000] [--rows 285] [--d 30] [--s 2]
+    mpiexec -n 2 python scripts/handwritten-loop.py [--iterations 3000] [--rows 285] [--d 30] [--s 2] [--busy US]
+
+``--busy US`` adds US µs of spinning on the clock to every rank's gradient phase: at -n 32 on 2 cores
+it measures what a microsecond of a rank's own per-iteration work costs the iteration
+(``NP=32 bash scripts/measure-performance.sh n32-busy``).
 
 Compare with ``python -m hpcgc.bench floor --set run.iterations=3000 --set
 'sweep.algorithm=["diana"]' --set 'sweep.compressor=["qsgd:s=2"]' --set run.tolerance=0`` run
@@ -46,6 +50,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=285, help="rows of each rank's shard")
     ap.add_argument("--d", type=int, default=30, help="features")
     ap.add_argument("--s", type=int, default=2, help="qsgd levels")
+    ap.add_argument("--busy", type=float, default=0.0,
+                    help="µs of extra Python work per rank and iteration, after the gradient (a spin on the "
+                         "clock: how much a rank's own per-iteration overhead costs the iteration at -n 32)")
     a = ap.parse_args()
     comm = MPI.COMM_WORLD
     rank, size, d = comm.rank, comm.size, a.d
@@ -65,11 +72,16 @@ def main() -> None:
     counts, displs = np.zeros(size, np.int32), np.zeros(size, np.int64)
     recv = np.zeros(1 << 16, np.uint8)
     w = 1.0 / size
+    busy = a.busy * 1e-6
     laps = np.zeros((a.iterations, 7))
     wt = MPI.Wtime
     for k in range(a.iterations):
         t0 = wt()
         np.subtract(obj.grad(x), h, out=delta)
+        if busy:
+            until = wt() + busy
+            while wt() < until:
+                pass
         t1 = wt()
         p = codec.encode(delta, rng)
         codec.add(p, h, alpha)
@@ -100,7 +112,7 @@ def main() -> None:
         return
     names = ("grad", "compress", "gather", "gatherv", "server", "bcast", "iteration")
     print(f"hand-written DIANA + qsgd:s={a.s}, d = {d}, {a.rows} rows per rank, {size} ranks, "
-          f"{a.iterations} iterations: medians in µs")
+          f"{a.iterations} iterations{f', {a.busy:g} µs busy per iteration' if a.busy else ''}: medians in µs")
     print("rank " + "".join(f"{n:>11}" for n in names))
     for r, m in enumerate(rows):
         print(f"{r:<5}" + "".join(f"{v:11.2f}" for v in m))

@@ -5,13 +5,15 @@
 # list of commands as docs/performance.md states them, without the interleaving with a previous
 # commit — run this script from two checkouts alternately for that.)
 #
-#   bash scripts/measure-performance.sh [TARGET...]     # targets: 2 2-a9a 4 5 6 7 traffic n32 n32-hand n32-wait allreduce-emu
+#   bash scripts/measure-performance.sh [TARGET...]     # targets: 2 2-a9a 4 5 6 7 traffic n32 n32-hand n32-busy n32-wait allreduce-emu
 #                                                       # (default: 2 2-a9a 4 5 6)
 #   NP=32 bash scripts/measure-performance.sh 5         # start-up at -n NP (default 32)
 #   CHECKOUTS="/path/to/before ." bash scripts/measure-performance.sh 5   # interleaved with another checkout
 #   GRID="0 2 7 4" ITERS=40 bash scripts/measure-performance.sh traffic   # issue 31 target 1
 #   NP=32 ROUNDS=3 ITERS=2000 bash scripts/measure-performance.sh n32-hand   # issue 31 target 3: hpcgc's
 #       DIANA + qsgd:s=2 (floor table) and scripts/handwritten-loop.py alternately, ROUNDS rounds
+#   NP=32 ROUNDS=3 BUSY="0 5 20" bash scripts/measure-performance.sh n32-busy   # issue 31 target 3: the hand-written
+#       loop with BUSY µs of extra work per rank and iteration (what a rank's own overhead costs at -n 32)
 #   NP=32 ROUNDS=3 ITERS=2000 bash scripts/measure-performance.sh n32-wait   # issue 31 target 3: run.wait
 #       = spin and yield alternately (ROUNDS rounds of the n32 command with --set run.wait=...), then
 #       scripts/wait-ab.py on the files (CSV=path: also the documented table's cells)
@@ -117,6 +119,17 @@ for t in "${targets[@]}"; do
           fi
         done
       done ;;
+    n32-busy)
+      np_=${NP:-32} rounds=${ROUNDS:-3} it=${ITERS:-2000} busy=(${BUSY:-0 5 20})
+      say "issue 31 target 3: the hand-written loop at -n $np_ with ${busy[*]} µs of extra work per rank and iteration (scripts/handwritten-loop.py --busy), $rounds rounds interleaved, $it iterations"
+      for i in $(seq "$rounds"); do
+        order=("${busy[@]}"); [ $((i % 2)) -eq 0 ] && order=($(printf '%s\n' "${busy[@]}" | tac))   # alternate the order
+        for b in "${order[@]}"; do
+          echo "# round $i, busy $b µs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+          "$MPIEXEC" -n "$np_" "$PY" scripts/handwritten-loop.py --iterations "$it" --rows $(( 569 / np_ )) --busy "$b" \
+            | sed -n '1,3p;$p'
+        done
+      done ;;
     n32-wait)
       np_=${NP:-32} rounds=${ROUNDS:-3} files=()
       say "issue 31 target 3: the default experiment at -n $np_, run.wait = spin and yield alternately, $rounds rounds (${ITERS:-2000} iterations)"
@@ -157,6 +170,6 @@ for t in "${targets[@]}"; do
       echo "# done — $(date -u +%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
       "$abs_py" scripts/allreduce-emu.py report "$dir" ${CSV:+--csv "$CSV"} \
         --note "${NOTE:-load $(cut -d' ' -f1-3 /proc/loadavg) after the rounds; ROUNDS=$rounds ITERS=$iters CALLS=$calls}" ;;
-    *) echo "unknown target $t (2 2-a9a 4 5 6 7 traffic n32 n32-hand n32-wait allreduce-emu)" >&2; exit 2 ;;
+    *) echo "unknown target $t (2 2-a9a 4 5 6 7 traffic n32 n32-hand n32-busy n32-wait allreduce-emu)" >&2; exit 2 ;;
   esac
 done
