@@ -249,15 +249,23 @@ FUZZ_SPECS = ["topk:k=50", "threshold:lam=1", "randk:k=300", "randk:k=30,shared_
               "terngrad:block=10", "identity", "powersgd", "powersgd:rank=3,rows=20"]
 
 
-def fuzz_decoders(specs, trials=120, seed=0):
-    """Flip bits, truncate, or replace the body with random bytes (plus extra bytes); every decode
-    must raise PayloadError or return a finite vector, and decompress_add must agree with it."""
+FUZZ_D = 777
+"""The fuzzed vectors' dimension."""
+
+
+def fuzz_payloads(specs, trials=120, seed=0) -> list:
+    """The fuzzing's payloads: for each spec, a random vector's payload corrupted ``trials`` times —
+    bits flipped, truncated, or the body replaced with random bytes (plus extra bytes) →
+    [(spec, its compressor, [payload, ...])]. Made apart from the decoding so that another process
+    can decode them (tests/conftest.py: boundscheck_fuzz recompiles only the decoders with bounds
+    checks, not the encoders that made the payloads)."""
     g = rng(seed)
-    rejected = accepted = 0
-    d = 777
+    cases = []
+    d = FUZZ_D
     for spec in specs:
         c = compressors.make(spec)
         p = c.compress(g.standard_normal(d), g)
+        qs = []
         for trial in range(trials):
             q = p.copy()
             kind = trial % 3
@@ -269,6 +277,18 @@ def fuzz_decoders(specs, trials=120, seed=0):
             else:
                 q = np.r_[q, g.integers(0, 256, size=g.integers(1, 5)).astype(np.uint8)]
                 q[8:] = g.integers(0, 256, size=q.size - 8)
+            qs.append(q)
+        cases.append((spec, c, qs))
+    return cases
+
+
+def fuzz_decode(cases) -> tuple[int, int]:
+    """Decode :func:`fuzz_payloads`' payloads: every decode must raise PayloadError or return a
+    finite vector, and decompress_add must agree with it → (accepted, rejected)."""
+    rejected = accepted = 0
+    d = FUZZ_D
+    for spec, c, qs in cases:
+        for q in qs:
             out = np.zeros(d)
             try:
                 y = c.decompress(q, d)
@@ -283,3 +303,23 @@ def fuzz_decoders(specs, trials=120, seed=0):
             c.decompress_add(q, d, out, 1.0)
             np.testing.assert_allclose(out, y, rtol=1e-15, atol=0)
     return accepted, rejected
+
+
+def fuzz_decoders(specs, trials=120, seed=0) -> tuple[int, int]:
+    """Corrupt each spec's payload ``trials`` times and decode it (:func:`fuzz_payloads`,
+    :func:`fuzz_decode`) → (accepted, rejected)."""
+    return fuzz_decode(fuzz_payloads(specs, trials, seed))
+
+
+def save_fuzz_payloads(path, cases) -> None:
+    """:func:`fuzz_payloads`' payloads as one .npz (plain arrays, no pickles)."""
+    arrays = {f"p{i}_{j}": q for i, (_, _, qs) in enumerate(cases) for j, q in enumerate(qs)}
+    np.savez(path, specs=np.array([spec for spec, _, _ in cases]),
+             counts=np.array([len(qs) for _, _, qs in cases]), **arrays)
+
+
+def load_fuzz_payloads(path) -> list:
+    """:func:`save_fuzz_payloads`' file → [(spec, a fresh compressor, [payload, ...])]."""
+    with np.load(path, allow_pickle=False) as f:
+        return [(str(spec), compressors.make(str(spec)), [f[f"p{i}_{j}"] for j in range(int(n))])
+                for i, (spec, n) in enumerate(zip(f["specs"], f["counts"]))]
