@@ -70,11 +70,14 @@ def test_countsketch_rides_allreduce_with_wire_bytes_equal_to_the_buffers(shared
     assert np.array_equal(a.series["bits_up_model"], g.series["bits_up_model"])
 
 
-@pytest.mark.parametrize("spec", ["hadamard:s=4", "compose:randk:k=10+qsgd:s=4", "countsketch:rows=3,cols=12"])
-def test_new_compressors_converge_with_diana(shared_dir, spec):
-    """DIANA with its theory step reaches f − f* ≤ 1e-6·f(x⁰)-gap under gather (same iterate everywhere)."""
+@pytest.mark.parametrize("spec,iterations", [("hadamard:s=4", 600), ("compose:randk:k=10+qsgd:s=4", 1500),
+                                            ("countsketch:rows=3,cols=12", 1500)])
+def test_new_compressors_converge_with_diana(shared_dir, spec, iterations):
+    """DIANA with its theory step reaches f − f* ≤ 1e-6·f(x⁰)-gap under gather (same iterate everywhere)
+    within its iterations (measured at this seed: hadamard 3e-10 at 600, 1.3e-6 at 300; compose
+    3.9e-7 and countsketch 5.1e-8 at 1500)."""
     run, x, _ = run_one(shared_dir / "c.h5", {"run.algorithm": "diana", "run.compressor": spec,
-                                               "run.iterations": 1500, "run.eval_every": 100})
+                                               "run.iterations": iterations, "run.eval_every": 100})
     assert everywhere_equal(x)
     sub = run.series["suboptimality"]
     assert sub[-1] <= 1e-6 * sub[0], (spec, sub[0], sub[-1])

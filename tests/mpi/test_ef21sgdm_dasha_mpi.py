@@ -4,7 +4,7 @@ the degenerate cases equal existing methods (EF21-SGDM with run.momentum = 0 is 
 under gather and reduce-scatter; DASHA with the identity compressor is gradient descent = dcgd +
 identity to float rounding); allgather equals gather bit for bit; an interrupted (real SIGTERM)
 and resumed run equals the uninterrupted one bit for bit; at batch 1 EF21-SGDM ends ≥ 3× below
-EF21 (measured 11.6×: the paper's claim at CI size)."""
+EF21 (measured 12.5×: the paper's claim at CI size)."""
 from __future__ import annotations
 
 import numpy as np
@@ -128,8 +128,9 @@ def test_interrupted_and_resumed_equals_uninterrupted(shared_dir, case):
 def test_ef21_sgdm_beats_ef21_at_batch_one(shared_dir):
     """The paper's claim at CI size (the experiment is jobs/experiments/ef21-sgdm-vs-ef21.toml):
     batch 1, top-k, the same γ — EF21 stalls at its noise floor, EF21-SGDM (η = 0.1) ends far
-    below it (mean f − f* of the last 10 evaluations, 1500 iterations, fixed seed)."""
-    cfg = {"run.compressor": "topk:k=3", "run.batch": 1, "run.iterations": 1500}
+    below it (mean f − f* of the last 10 evaluations, 1000 iterations, fixed seed: EF21 is at its
+    floor from iteration ≈ 500 on; measured 12.5× at 1000, 11.6× at 1500, 2.7× at 600)."""
+    cfg = {"run.compressor": "topk:k=3", "run.batch": 1, "run.iterations": 1000}
     a = run(shared_dir / "a.h5", {**cfg, "run.algorithm": "ef21"})[0]
     b = run(shared_dir / "b.h5", {**cfg, "run.algorithm": "ef21-sgdm", "run.momentum": 0.9})[0]
     assert a.attrs["gamma"] == b.attrs["gamma"]

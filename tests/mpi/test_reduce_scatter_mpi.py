@@ -82,11 +82,15 @@ def test_diana_qsgd_reaches_1e8_on_a9a_with_its_composed_step(shared_dir):
     assert run.attrs["gamma"] == pytest.approx(1 / (r.s.L_max * (1 + 4 * oc / comm.size)))
 
 
-@pytest.mark.parametrize("alg,spec", [("dcgd", "qsgd:s=8"), ("ef", "topk:k=3"), ("ef21", "topk:k=8"),
-                                      ("marina", "qsgd:s=8"), ("diana", "randk:k=12"), ("ef", "natural")])
-def test_methods_converge_identically_everywhere_and_across_runs(shared_dir, alg, spec):
+@pytest.mark.parametrize("alg,spec,iterations", [("dcgd", "qsgd:s=8", 100), ("ef", "topk:k=3", 400),
+                                                 ("ef21", "topk:k=8", 400), ("marina", "qsgd:s=8", 100),
+                                                 ("diana", "randk:k=12", 250), ("ef", "natural", 100)])
+def test_methods_converge_identically_everywhere_and_across_runs(shared_dir, alg, spec, iterations):
+    """Each method to f − f* < 0.05 (f(x⁰) − f*) in its iterations (measured at this seed, f − f*
+    relative: dcgd 0.0013, ef + natural 0.0006, marina 0.0002 at 100; diana 0.026 at 250; ef + top-k
+    and ef21 0.016 and 0.047 at 400, ef + top-k oscillating up to 0.12 before); two runs equal."""
     over = {"run.algorithm": alg, "run.compressor": spec, "run.collective": "reduce-scatter",
-            "run.iterations": 400, "run.eval_every": 50}
+            "run.iterations": iterations, "run.eval_every": 50}
     a, ra, _ = run_one(shared_dir / "a.h5", over)
     b, _, _ = run_one(shared_dir / "b.h5", over)
     assert a.status == "completed"
