@@ -2,6 +2,7 @@
 (config → prepare → execute → the results file read back on every rank)."""
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -26,12 +27,22 @@ def shared_dir():
     return shared_tmpdir()
 
 
+def defaults() -> dict:
+    """``config.defaults()`` for the tests' runs. ``HPCGC_TEST_WAIT`` (unset in CI) sets their
+    ``run.wait``: how ``scripts/test-wait-ab.sh`` measures whether the launches get cheaper when the
+    waiting ranks yield (they did not; docs/testing.md, "What the tiers cost")."""
+    cfg = config.defaults()
+    if os.environ.get("HPCGC_TEST_WAIT"):
+        cfg["run"]["wait"] = os.environ["HPCGC_TEST_WAIT"]
+    return cfg
+
+
 def run_experiment(out: Path, overrides: dict, *, name: str = "test", sweep: dict | None = None,
                    floor: float = 0.0):
     """Run the default experiment with ``overrides`` ({"section.key": value}) and ``sweep`` on all
     ranks, write ``out``, and read it back on every rank → (results, runs, summaries, transport).
     ``floor`` > 0: each run measures its collectives' floor after it (``run --floor``)."""
-    cfg = config.defaults()
+    cfg = defaults()
     cfg["name"] = name
     for key, value in overrides.items():
         sec, k = key.split(".")

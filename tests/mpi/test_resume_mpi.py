@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hpcgc import config, results
+from hpcgc import results
 from hpcgc.results import checkpoint as checkpoint_file
 from hpcgc.run import execute, prepare
 from hpcgc.run.signals import REQUEST, Interrupted
 from hpcgc.transport import Transport
+from tests.mpi.conftest import defaults
 
 pytestmark = pytest.mark.mpi(min_size=4)
 comm = MPI.COMM_WORLD
@@ -61,7 +62,7 @@ CASES = {
 
 
 def _cfg(overrides, iterations):
-    cfg = config.defaults()
+    cfg = defaults()
     cfg["name"] = "resume"
     for key, value in {"run.iterations": iterations, "run.eval_every": 10, "run.tolerance": 0.0,
                        "run.checkpoint_every": iterations // 3, "problem.l2": 0.05, **overrides}.items():

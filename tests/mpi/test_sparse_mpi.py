@@ -13,6 +13,7 @@ from mpi4py import MPI
 from hpcgc import config, data, results
 from hpcgc.run import execute, prepare
 from hpcgc.transport import Transport
+from tests.mpi.conftest import defaults
 
 pytestmark = pytest.mark.mpi(min_size=4)
 comm = MPI.COMM_WORLD
@@ -26,7 +27,7 @@ ROOT_MEMORY_MULTIPLE = 20
 
 
 def sparse_cfg(dataset: str, **keys) -> dict:
-    cfg = config.defaults()
+    cfg = defaults()
     cfg["name"] = "sparse"
     cfg["sweep"] = {}
     cfg["data"].update(dataset=dataset, partition="iid")
