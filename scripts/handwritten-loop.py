@@ -17,11 +17,12 @@ sizes. No bit ledger, no stop rules, no observers, no phase bookkeeping beyond s
 reads. Then rank 0 times the kernels alone, each in a tight loop (best of 5 × 2000 calls): the
 "kernels' own time" of the target's floor.
 
-    mpiexec -n 2 python scripts/handwritten-loop.py [--iterations 3000] [--rows 285] [--d 30] [--s 2] [--busy US]
+    mpiexec -n 2 python scripts/handwritten-loop.py [--iterations 3000] [--rows 285] [--d 30] [--s 2] [--busy US] [--root-busy US]
 
-``--busy US`` adds US µs of spinning on the clock to every rank's gradient phase: at -n 32 on 2 cores
-it measures what a microsecond of a rank's own per-iteration work costs the iteration
-(``NP=32 bash scripts/measure-performance.sh n32-busy``).
+``--busy US`` adds US µs of spinning on the clock to every rank's gradient phase, ``--root-busy US``
+to rank 0's server step alone (where every other rank waits for it): at -n 32 on 2 cores they measure
+what a microsecond of the ranks' own per-iteration work, and of rank 0's serial work, costs the
+iteration (``NP=32 bash scripts/measure-performance.sh n32-busy``).
 
 Compare with ``python -m hpcgc.bench floor --set run.iterations=3000 --set
 'sweep.algorithm=["diana"]' --set 'sweep.compressor=["qsgd:s=2"]' --set run.tolerance=0`` run
@@ -53,6 +54,9 @@ def main() -> None:
     ap.add_argument("--busy", type=float, default=0.0,
                     help="µs of extra Python work per rank and iteration, after the gradient (a spin on the "
                          "clock: how much a rank's own per-iteration overhead costs the iteration at -n 32)")
+    ap.add_argument("--root-busy", type=float, default=0.0,
+                    help="µs of extra work on rank 0 alone, in its server step (between the Gatherv and the "
+                         "Bcast, where every other rank waits for it)")
     a = ap.parse_args()
     comm = MPI.COMM_WORLD
     rank, size, d = comm.rank, comm.size, a.d
@@ -72,7 +76,7 @@ def main() -> None:
     counts, displs = np.zeros(size, np.int32), np.zeros(size, np.int64)
     recv = np.zeros(1 << 16, np.uint8)
     w = 1.0 / size
-    busy = a.busy * 1e-6
+    busy, root_busy = a.busy * 1e-6, a.root_busy * 1e-6
     laps = np.zeros((a.iterations, 7))
     wt = MPI.Wtime
     for k in range(a.iterations):
@@ -98,6 +102,10 @@ def main() -> None:
                 codec.add(recv[displs[r]:displs[r] + counts[r]], sm, w)
             shifted_step(sx, sh, sv, sm, gamma, alpha, 0.0)
             x[:] = sx
+            if root_busy:
+                until = wt() + root_busy
+                while wt() < until:
+                    pass
         else:
             comm.Gatherv(p, None, root=0)
             t4 = wt()
@@ -112,7 +120,8 @@ def main() -> None:
         return
     names = ("grad", "compress", "gather", "gatherv", "server", "bcast", "iteration")
     print(f"hand-written DIANA + qsgd:s={a.s}, d = {d}, {a.rows} rows per rank, {size} ranks, "
-          f"{a.iterations} iterations{f', {a.busy:g} µs busy per iteration' if a.busy else ''}: medians in µs")
+          f"{a.iterations} iterations{f', {a.busy:g} µs busy per iteration' if a.busy else ''}"
+          f"{f', {a.root_busy:g} µs busy on rank 0 in its server step' if a.root_busy else ''}: medians in µs")
     print("rank " + "".join(f"{n:>11}" for n in names))
     for r, m in enumerate(rows):
         print(f"{r:<5}" + "".join(f"{v:11.2f}" for v in m))

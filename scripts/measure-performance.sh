@@ -12,8 +12,9 @@
 #   GRID="0 2 7 4" ITERS=40 bash scripts/measure-performance.sh traffic   # issue 31 target 1
 #   NP=32 ROUNDS=3 ITERS=2000 bash scripts/measure-performance.sh n32-hand   # issue 31 target 3: hpcgc's
 #       DIANA + qsgd:s=2 (floor table) and scripts/handwritten-loop.py alternately, ROUNDS rounds
-#   NP=32 ROUNDS=3 BUSY="0 5 20" bash scripts/measure-performance.sh n32-busy   # issue 31 target 3: the hand-written
-#       loop with BUSY µs of extra work per rank and iteration (what a rank's own overhead costs at -n 32)
+#   NP=32 ROUNDS=3 BUSY="0 5 20" [ROOT=1] bash scripts/measure-performance.sh n32-busy   # issue 31 target 3: the
+#       hand-written loop with BUSY µs of extra work per rank and iteration (ROOT=1: on rank 0's server step
+#       alone) — what a rank's own overhead, and rank 0's serial work, cost at -n 32
 #   NP=32 ROUNDS=3 ITERS=2000 bash scripts/measure-performance.sh n32-wait   # issue 31 target 3: run.wait
 #       = spin and yield alternately (ROUNDS rounds of the n32 command with --set run.wait=...), then
 #       scripts/wait-ab.py on the files (CSV=path: also the documented table's cells)
@@ -120,13 +121,14 @@ for t in "${targets[@]}"; do
         done
       done ;;
     n32-busy)
-      np_=${NP:-32} rounds=${ROUNDS:-3} it=${ITERS:-2000} busy=(${BUSY:-0 5 20})
-      say "issue 31 target 3: the hand-written loop at -n $np_ with ${busy[*]} µs of extra work per rank and iteration (scripts/handwritten-loop.py --busy), $rounds rounds interleaved, $it iterations"
+      np_=${NP:-32} rounds=${ROUNDS:-3} it=${ITERS:-2000} busy=(${BUSY:-0 5 20}) flag=--busy
+      [ -z "${ROOT:-}" ] || flag=--root-busy                 # ROOT=1: the extra work on rank 0's server step alone
+      say "issue 31 target 3: the hand-written loop at -n $np_ with ${busy[*]} µs of extra work per iteration ($flag: every rank's, or rank 0's in its server step; scripts/handwritten-loop.py), $rounds rounds interleaved, $it iterations"
       for i in $(seq "$rounds"); do
         order=("${busy[@]}"); [ $((i % 2)) -eq 0 ] && order=($(printf '%s\n' "${busy[@]}" | tac))   # alternate the order
         for b in "${order[@]}"; do
-          echo "# round $i, busy $b µs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-          "$MPIEXEC" -n "$np_" "$PY" scripts/handwritten-loop.py --iterations "$it" --rows $(( 569 / np_ )) --busy "$b" \
+          echo "# round $i, $flag $b µs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+          "$MPIEXEC" -n "$np_" "$PY" scripts/handwritten-loop.py --iterations "$it" --rows $(( 569 / np_ )) "$flag" "$b" \
             | sed -n '1,3p;$p'
         done
       done ;;
