@@ -45,6 +45,13 @@ from hpcgc.algorithms.kernels import shifted_step
 from hpcgc.problems import Objective
 
 
+def spin(seconds: float) -> None:
+    """Busy for ``seconds`` on MPI's clock (``--busy``, ``--root-busy``): runnable, outside MPI."""
+    until = MPI.Wtime() + seconds
+    while MPI.Wtime() < until:
+        pass
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--iterations", type=int, default=3000)
@@ -83,9 +90,7 @@ def main() -> None:
         t0 = wt()
         np.subtract(obj.grad(x), h, out=delta)
         if busy:
-            until = wt() + busy
-            while wt() < until:
-                pass
+            spin(busy)
         t1 = wt()
         p = codec.encode(delta, rng)
         codec.add(p, h, alpha)
@@ -103,9 +108,7 @@ def main() -> None:
             shifted_step(sx, sh, sv, sm, gamma, alpha, 0.0)
             x[:] = sx
             if root_busy:
-                until = wt() + root_busy
-                while wt() < until:
-                    pass
+                spin(root_busy)
         else:
             comm.Gatherv(p, None, root=0)
             t4 = wt()

@@ -31,6 +31,7 @@ the worker's own decoded message.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -156,6 +157,12 @@ class ErrorFeedback(Algorithm):
     needs_delta = False
     """True when the step and the recursion need the compressor's contraction δ (EF21)."""
 
+    @functools.cached_property
+    def scaled_weights(self) -> np.ndarray:
+        """w_i·s_i: the factor the server adds worker i's decoded message with (``scales`` is set at
+        construction and does not change)."""
+        return self.weights * self.scales
+
     @classmethod
     def plan_refusals(cls, rc: dict, compressor=None) -> list[str]:
         msg = plan_refusal(cls.name, rc, compressor, needs_delta=cls.needs_delta) if compressor is not None else None
@@ -260,7 +267,7 @@ class EF(ErrorFeedback):
         state.track(None)
         m = state.m
         try:
-            self.add_messages(m, messages, self.weights * self.scales)
+            self.add_messages(m, messages, self.scaled_weights)
         except BaseException:
             m[:] = 0.0                        # an invalid payload: m back to zero, x untouched
             raise
@@ -277,7 +284,8 @@ class EF(ErrorFeedback):
         """Every message's decoded entries (``Prepared.entries``, :func:`~hpcgc.compressors.sparse_base.decode_entries`),
         one after the other in two work arrays of the server's, and where each message starts;
         x's lines at the entries are asked for while decoding."""
-        parts = [self.codecs[i].entries(payload, self.weights[i] * self.scales[i]) for i, payload in messages]
+        sw = self.scaled_weights
+        parts = [self.codecs[i].entries(payload, sw[i]) for i, payload in messages]
         need = sum(p.nnz for p in parts)
         if getattr(self, "_idx", None) is None or self._idx.shape[0] < need:
             self._idx, self._vals = np.empty(need, dtype=np.int64), np.empty(need)

@@ -160,7 +160,7 @@ class EF21(ErrorFeedback):
             for i, payload in messages:
                 self.dense.decompress_add(payload, self.d, state.g, self.weights[i])
         else:
-            self.add_messages(state.g, messages, self.weights * self.scales)
+            self.add_messages(state.g, messages, self.scaled_weights)
         state.fresh[0] = 0.0
         state.x -= self.gamma * state.g
         return state.x
