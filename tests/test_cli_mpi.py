@@ -6,9 +6,9 @@ hangs fails the test instead of hanging CI.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
+from pathlib import Path
 
 import h5py
 import pytest
@@ -18,49 +18,70 @@ from tests.conftest import MPI_TIMEOUT, ROOT, libsvm_path, mpi_env, run_mpi, sho
 
 N = 4
 
-
-
-
 MPI_FILES = sorted((ROOT / "tests" / "mpi").glob("test_*.py"))
-FILES_PER_LAUNCH = 8
-"""Each mpiexec -n 4 launch costs every rank its start (Python, MPI, pytest, hpcgc, the kernels
-loaded from numba's cache) before any test runs — a few CPU-seconds per rank. Files share launches
-(sorted, up to 8 a launch: the 24 files in 3 launches; a new file joins one without an edit here)."""
-MPI_LAUNCHES = [MPI_FILES[i:i + FILES_PER_LAUNCH] for i in range(0, len(MPI_FILES), FILES_PER_LAUNCH)]
-
-
-SUITE_TIMEOUT = 2 * MPI_TIMEOUT
-"""One file of tests/mpi takes 0.5-2 min on an idle 2-core machine, 4+ min on a loaded one (resume:
-12 runs that are interrupted and resumed): each file brings twice the budget of a single run to
-its launch (MPIEXEC_TIMEOUT = the sum over the launch's files)."""
-
-
-def _launch_id(files) -> str:
-    return "+".join(p.stem.removeprefix("test_").removesuffix("_mpi") for p in files)
-
+"""Launched all at once: each ``mpiexec -n 4`` launch costs every rank its start (Python, MPI,
+pytest, hpcgc, the kernels loaded from numba's cache; a few CPU-seconds per rank) before any test
+runs. A new file joins the launch without an edit here."""
 
 QUICK_MPI_FILES = ["test_core_mpi.py"]
 """The quick tier's (``--quick``) real-mpiexec launch: one file, alone."""
 
+SUITE_TIMEOUT = 2 * MPI_TIMEOUT
+"""One file of tests/mpi takes 0.5-2 min on an idle 2-core machine, 4+ min on a loaded one (resume:
+12 runs that are interrupted and resumed): each file brings twice the budget of a single run to
+the launch (MPIEXEC_TIMEOUT = the sum over its files)."""
+
+
+def _mpi_files(config) -> list[Path]:
+    return [ROOT / "tests" / "mpi" / f for f in QUICK_MPI_FILES] if config.getoption("--quick") else MPI_FILES
+
 
 def pytest_generate_tests(metafunc):
     if metafunc.definition.name == "test_pytest_mpi_suite_on_4_ranks":
-        launches = ([[ROOT / "tests" / "mpi" / f for f in QUICK_MPI_FILES]] if metafunc.config.getoption("--quick")
-                    else MPI_LAUNCHES)
-        metafunc.parametrize("files", launches, ids=_launch_id)
+        metafunc.parametrize("file", _mpi_files(metafunc.config),
+                             ids=lambda p: p.stem.removeprefix("test_").removesuffix("_mpi"))
 
 
-@pytest.mark.timeout(SUITE_TIMEOUT * FILES_PER_LAUNCH + 60)
-def test_pytest_mpi_suite_on_4_ranks(files):
-    """The files of tests/mpi under one mpiexec -n 4 per group of files; every test must pass on
-    every rank — a skip is a failure too (the launch gives them the 4 ranks they ask for)."""
+@pytest.fixture(scope="module")
+def mpi_suite(request, tmp_path_factory):
+    """The files of tests/mpi in one ``mpiexec -n 4 python -m pytest --with-mpi`` launch; each rank
+    writes what every test did (tests/mpi/conftest.py, ``HPCGC_MPI_REPORT_DIR``) → (the finished
+    process, each rank's report or None when a rank did not get to the end)."""
+    files = _mpi_files(request.config)
+    d = tmp_path_factory.mktemp("mpi-suite")
     p = run_mpi(N, ["-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider", "-rfEs", *map(str, files)],
-                mpi_timeout=SUITE_TIMEOUT * len(files))
-    assert p.returncode == 0, show(p)
-    summaries = [ln for ln in p.stdout.splitlines() if re.search(r"\d+ (passed|failed|skipped)", ln)]
-    assert summaries, show(p)                                            # a summary line per rank
-    for line in summaries:
-        assert not re.search(r"failed|error|skipped|xfail|deselected", line), show(p)
+                mpi_timeout=SUITE_TIMEOUT * len(files), extra_env={"HPCGC_MPI_REPORT_DIR": str(d)})
+    reports = [json.loads(f.read_text()) if (f := d / f"rank-{r}.json").exists() else None for r in range(N)]
+    return p, reports
+
+
+def _not_passed(reports: list[dict], path: str) -> list[str]:
+    """The tests of tests/mpi file ``path`` (relative to the checkout) that did not pass, each with
+    its failure text once and the ranks it happened on; no test of the file run on a rank is one."""
+    bad: dict[tuple, list[int]] = {}
+    for rank, rep in enumerate(reports):
+        mine = [r for r in rep["reports"] if r["nodeid"].split("::")[0] == path]
+        for r in mine:
+            if r["outcome"] != "passed":
+                bad.setdefault((r["nodeid"], r["when"], r["outcome"], r["text"][-3000:]), []).append(rank)
+        if not any(r["when"] == "call" for r in mine):
+            bad.setdefault((path, "run", f"no test ran (pytest's exit status {rep['exitstatus']})", ""), []).append(rank)
+    return [f"{nodeid} ({when}) {outcome} on ranks {ranks}\n{text}" for (nodeid, when, outcome, text), ranks in bad.items()]
+
+
+@pytest.mark.timeout(SUITE_TIMEOUT * len(MPI_FILES) + 60)
+def test_pytest_mpi_suite_on_4_ranks(mpi_suite, file):
+    """Each file of tests/mpi under the one mpiexec -n 4 launch: every test must pass on every rank —
+    a skip or an xfail is a failure too (the launch gives them the 4 ranks they ask for). A failure
+    fails its file's test only, with its own output; a launch that fails with no failing test
+    (a crash, a hang, a session error) fails every file's test."""
+    p, reports = mpi_suite
+    assert None not in reports, show(p)                          # every rank reached the session's end
+    path = file.relative_to(ROOT).as_posix()
+    bad = _not_passed(reports, path)
+    assert not bad, "\n".join(bad)
+    files = {r["nodeid"].split("::")[0] for rep in reports for r in rep["reports"]}
+    assert p.returncode == 0 or any(_not_passed(reports, f) for f in files), show(p)
 
 
 def test_default_benchmark_runs_and_writes_results(tmp_path):

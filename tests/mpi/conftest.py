@@ -1,7 +1,9 @@
 """What the tests/mpi files share: a directory every rank sees, and one experiment run end to end
-(config → prepare → execute → the results file read back on every rank)."""
+(config → prepare → execute → the results file read back on every rank); under the launch of
+tests/test_cli_mpi.py, each rank's record of what every test did (``HPCGC_MPI_REPORT_DIR``)."""
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -72,3 +74,29 @@ def run_experiment(out: Path, overrides: dict, *, name: str = "test", sweep: dic
     _, summaries = execute(runs, t, out, log=lambda *a: None)
     quiet_barrier()
     return results.load(out), runs, summaries, t
+
+
+REPORT_DIR = os.environ.get("HPCGC_MPI_REPORT_DIR")
+"""Set by the launch in tests/test_cli_mpi.py (one ``mpiexec -n 4`` for all the files): each rank
+writes what each test did to ``rank-<r>.json`` there, so that the launch is judged file by file."""
+_reports: list[dict] = []
+
+
+def pytest_collectreport(report):
+    if REPORT_DIR and not report.passed:                     # a file that does not import or collect
+        _reports.append({"nodeid": report.nodeid, "when": "collect", "outcome": report.outcome,
+                         "text": report.longreprtext})
+
+
+def pytest_runtest_logreport(report):
+    """Every test's call, and every setup or teardown that did not pass; an xfail counts as not passed."""
+    if REPORT_DIR and (report.when == "call" or not report.passed):
+        outcome = "xfail" if hasattr(report, "wasxfail") else report.outcome
+        _reports.append({"nodeid": report.nodeid, "when": report.when, "outcome": outcome,
+                         "text": "" if outcome == "passed" else report.longreprtext})
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if REPORT_DIR:
+        (Path(REPORT_DIR) / f"rank-{comm.rank}.json").write_text(json.dumps({"exitstatus": int(exitstatus),
+                                                                             "reports": _reports}))
