@@ -39,8 +39,8 @@ MPI_SUITE = "tests/test_cli_mpi.py::test_pytest_mpi_suite_on_4_ranks"
 def pytest_collection_modifyitems(items):
     """The launch of tests/mpi (MPI_SUITE) runs last. On a clean clone numba's cache is empty, and
     each of its 4 ranks would compile every kernel it uses (4 compilers on 2 cores); after the serial
-    tests it loads from the cache they wrote most of what it needs (measured under load 3, the 24
-    files: 159 s from an empty cache, 119 s from a full one)."""
+    tests it loads from the cache they wrote most of what it needs (the 24 files at load 2.5: 155-159 s
+    from an empty cache, 118-119 s from a full one; docs/testing.md, "What the tiers cost")."""
     items.sort(key=lambda item: item.nodeid.startswith(MPI_SUITE))
 
 
