@@ -5,7 +5,7 @@
 # list of commands as docs/performance.md states them, without the interleaving with a previous
 # commit — run this script from two checkouts alternately for that.)
 #
-#   bash scripts/measure-performance.sh [TARGET...]     # targets: 2 2-a9a 4 5 6 7 traffic n32 n32-hand n32-busy n32-wait allreduce-emu
+#   bash scripts/measure-performance.sh [TARGET...]     # targets: 2 2-a9a 4 5 6 7 traffic n32 n32-hand n32-busy n32-wait n32-sched allreduce-emu
 #                                                       # (default: 2 2-a9a 4 5 6)
 #   NP=32 bash scripts/measure-performance.sh 5         # start-up at -n NP (default 32)
 #   CHECKOUTS="/path/to/before ." bash scripts/measure-performance.sh 5   # interleaved with another checkout
@@ -18,6 +18,11 @@
 #   NP=32 ROUNDS=3 ITERS=2000 bash scripts/measure-performance.sh n32-wait   # issue 31 target 3: run.wait
 #       = spin and yield alternately (ROUNDS rounds of the n32 command with --set run.wait=...), then
 #       scripts/wait-ab.py on the files (CSV=path: also the documented table's cells)
+#   NP=32 ROUNDS=2 ITERS=1000 MODES="default nice poll" bash scripts/measure-performance.sh n32-sched   # issue 31
+#       target 3: hpcgc's DIANA + qsgd:s=2 (floor table) and the hand-written loop under scheduling modes,
+#       alternately: default; nice (every rank but 0 at nice NICE=5: scripts/nice-workers.sh); poll
+#       (MPICH's waiting ranks yield the core after POLL=100 polls instead of 1000:
+#       MPIR_CVAR_POLLS_BEFORE_YIELD, MPIR_CVAR_POSIX_POLL_FREQUENCY)
 #   AUTHORS=/tmp/Paper_9107_code bash scripts/measure-performance.sh 7
 #   ROUNDS=3 ITERS=60 CALLS=100 bash scripts/measure-performance.sh allreduce-emu   # issue 31 target 2 (as root)
 #       an emulated 4-node 1 Gb/s cluster of its own (hpcgc-bare-<pid>, removed again also on failure);
@@ -132,6 +137,29 @@ for t in "${targets[@]}"; do
             | sed -n '1,3p;$p'
         done
       done ;;
+    n32-sched)
+      np_=${NP:-32} rounds=${ROUNDS:-2} it=${ITERS:-1000} modes=(${MODES:-default nice poll})
+      say "issue 31 target 3: hpcgc (default experiment, DIANA + qsgd:s=2) and the hand-written loop at -n $np_ under scheduling modes ${modes[*]} (nice: ranks but 0 at nice ${NICE:-5}; poll: MPICH yields after ${POLL:-100} polls), $rounds rounds interleaved, $it iterations"
+      for i in $(seq "$rounds"); do
+        order=("${modes[@]}"); [ $((i % 2)) -eq 0 ] && order=($(printf '%s\n' "${modes[@]}" | tac))
+        for m in "${order[@]}"; do
+          pre=() envs=()
+          case "$m" in
+            default) ;;
+            nice) pre=(bash scripts/nice-workers.sh) ;;
+            poll) envs=(MPIR_CVAR_POLLS_BEFORE_YIELD="${POLL:-100}" MPIR_CVAR_POSIX_POLL_FREQUENCY="${POLL:-100}") ;;
+            *) echo "unknown mode $m (default nice poll)" >&2; exit 2 ;;
+          esac
+          echo "# round $i, mode $m, hpcgc, load $(cut -d' ' -f1-3 /proc/loadavg)"
+          env "${envs[@]}" "$MPIEXEC" -n "$np_" "${pre[@]}" "$PY" -m hpcgc.bench floor --config jobs/experiments/default.toml \
+            --set run.iterations="$it" --set run.tolerance=0 --set 'sweep.algorithm=["diana"]' \
+            --set 'sweep.compressor=["qsgd:s=2"]' -q -o "$out/n32-sched.h5" --overwrite \
+            | grep -A2 '^run   algorithm compressor  *collective  iters'
+          echo "# round $i, mode $m, hand, load $(cut -d' ' -f1-3 /proc/loadavg)"
+          env "${envs[@]}" "$MPIEXEC" -n "$np_" "${pre[@]}" "$PY" scripts/handwritten-loop.py --iterations "$it" \
+            --rows $(( 569 / np_ )) | sed -n '1,3p;$p'
+        done
+      done ;;
     n32-wait)
       np_=${NP:-32} rounds=${ROUNDS:-3} files=()
       say "issue 31 target 3: the default experiment at -n $np_, run.wait = spin and yield alternately, $rounds rounds (${ITERS:-2000} iterations)"
@@ -172,6 +200,6 @@ for t in "${targets[@]}"; do
       echo "# done — $(date -u +%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
       "$abs_py" scripts/allreduce-emu.py report "$dir" ${CSV:+--csv "$CSV"} \
         --note "${NOTE:-load $(cut -d' ' -f1-3 /proc/loadavg) after the rounds; ROUNDS=$rounds ITERS=$iters CALLS=$calls}" ;;
-    *) echo "unknown target $t (2 2-a9a 4 5 6 7 traffic n32 n32-hand n32-busy n32-wait allreduce-emu)" >&2; exit 2 ;;
+    *) echo "unknown target $t (2 2-a9a 4 5 6 7 traffic n32 n32-hand n32-busy n32-wait n32-sched allreduce-emu)" >&2; exit 2 ;;
   esac
 done

@@ -90,7 +90,7 @@ def step_from_sum(x, h, v, total, scale: float, gamma: float, alpha: float, beta
         shifted_step_sum(x, h, v, total, s, one, gamma, alpha, beta)
 
 
-PREFETCH = 64
+PREFETCH = 128
 """Entries ahead of the x update at which :func:`sparse_step` asks for x's cache line."""
 
 

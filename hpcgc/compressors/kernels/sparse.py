@@ -343,7 +343,7 @@ def float_bits(x: np.ndarray) -> tuple[np.ndarray, np.unsignedinteger, np.unsign
     return x.view(np.uint64), np.uint64(0x7FFFFFFFFFFFFFFF), np.uint64(0x7FF0000000000000)
 
 
-SCATTER_AHEAD = 32
+SCATTER_AHEAD = 128
 """Entries ahead at which :func:`scatter_scaled` asks for out's cache line."""
 
 
