@@ -17,7 +17,7 @@ sizes. No bit ledger, no stop rules, no observers, no phase bookkeeping beyond s
 reads. Then rank 0 times the kernels alone, each in a tight loop (best of 5 × 2000 calls): the
 "kernels' own time" of the target's floor.
 
-    mpiexec -n 2 python scripts/handwritten-loop.py [--iterations 3000] [--rows 285] [--d 30] [--s 2] [--busy US] [--root-busy US]
+    mpiexec -n 2 python scripts/handwritten-loop.py [--iterations 3000] [--rows 285] [--d 30] [--s 2] [--busy US] [--root-busy US] [--cpu]
 
 ``--busy US`` adds US µs of spinning on the clock to every rank's gradient phase, ``--root-busy US``
 to rank 0's server step alone (where every other rank waits for it): at -n 32 on 2 cores they measure
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 import timeit
 
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
@@ -52,6 +53,25 @@ def spin(seconds: float) -> None:
         pass
 
 
+class CpuComm:
+    """``--cpu``: the communicator, its calls' CPU time (``time.thread_time``, MPI's polling
+    included) added up in ``mpi``."""
+
+    def __init__(self, comm):
+        self.comm, self.mpi = comm, 0.0
+
+    def __getattr__(self, name):
+        f = getattr(self.comm, name)
+
+        def call(*a, **kw):
+            c = time.thread_time()
+            try:
+                return f(*a, **kw)
+            finally:
+                self.mpi += time.thread_time() - c
+        return call
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--iterations", type=int, default=3000)
@@ -64,6 +84,9 @@ def main() -> None:
     ap.add_argument("--root-busy", type=float, default=0.0,
                     help="µs of extra work on rank 0 alone, in its server step (between the Gatherv and the "
                          "Bcast, where every other rank waits for it)")
+    ap.add_argument("--cpu", action="store_true",
+                    help="also print each rank's CPU time per iteration outside MPI and in grad + compress "
+                         "(time.thread_time; as scripts/rank-cpu.py prints for an hpcgc run)")
     a = ap.parse_args()
     comm = MPI.COMM_WORLD
     rank, size, d = comm.rank, comm.size, a.d
@@ -85,8 +108,13 @@ def main() -> None:
     w = 1.0 / size
     busy, root_busy = a.busy * 1e-6, a.root_busy * 1e-6
     laps = np.zeros((a.iterations, 7))
+    cpu = np.zeros((a.iterations, 3)) if a.cpu else None       # thread CPU at the start, MPI's so far, grad + compress
+    if a.cpu:
+        comm = CpuComm(comm)
     wt = MPI.Wtime
     for k in range(a.iterations):
+        if cpu is not None:
+            cpu[k, 0], cpu[k, 1] = time.thread_time(), comm.mpi
         t0 = wt()
         np.subtract(obj.grad(x), h, out=delta)
         if busy:
@@ -95,6 +123,8 @@ def main() -> None:
         p = codec.encode(delta, rng)
         codec.add(p, h, alpha)
         t2 = wt()
+        if cpu is not None:
+            cpu[k, 2] = time.thread_time() - cpu[k, 0]
         length[0] = p.size
         comm.Gather(length, counts if rank == 0 else None, root=0)
         t3 = wt()
@@ -119,6 +149,9 @@ def main() -> None:
         laps[k] = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t6 - t0)
     med = 1e6 * np.median(laps, axis=0)
     rows = comm.gather(med, root=0)
+    if cpu is not None:
+        d_cpu = np.diff(cpu[:, :2], axis=0)
+        cpus = comm.gather((1e6 * np.median(d_cpu[:, 0] - d_cpu[:, 1]), 1e6 * np.median(cpu[:, 2])), root=0)
     if rank != 0:
         return
     names = ("grad", "compress", "gather", "gatherv", "server", "bcast", "iteration")
@@ -138,6 +171,14 @@ def main() -> None:
         "add (×(n + 1))": best(lambda: codec.add(p, sm, w)) * (size + 1),
         "step": best(lambda: shifted_step(sx, sh, sv, sm, 0.0, alpha, 0.0)),
     }
+    if cpu is not None:
+        c = np.array(cpus)
+        print(f"# CPU µs per iteration outside MPI (median over {a.iterations - 1} iterations), {size} ranks")
+        print(f"{'rank':<6}{'outside MPI':>12}{'grad + compress':>17}")
+        for r, (out, work) in enumerate(c):
+            print(f"{r:<6}{out:>12.1f}{work:>17.1f}")
+        if size > 1:
+            print(f"{'workers':<6}{c[1:, 0].mean():>12.1f}{c[1:, 1].mean():>17.1f}   (mean over ranks 1…)")
     print("kernels alone on rank 0 (tight loop, best of 5 × 2000), µs: "
           + ", ".join(f"{k} {v:.2f}" for k, v in own.items()) + f"; sum {sum(own.values()):.2f}")
 

@@ -5,7 +5,7 @@
 # list of commands as docs/performance.md states them, without the interleaving with a previous
 # commit — run this script from two checkouts alternately for that.)
 #
-#   bash scripts/measure-performance.sh [TARGET...]     # targets: 2 2-a9a 4 5 6 7 traffic n32 n32-hand n32-busy n32-wait n32-sched allreduce-emu
+#   bash scripts/measure-performance.sh [TARGET...]     # targets: 2 2-a9a 4 5 6 7 traffic n32 n32-hand n32-busy n32-wait n32-sched n32-cpu allreduce-emu
 #                                                       # (default: 2 2-a9a 4 5 6)
 #   NP=32 bash scripts/measure-performance.sh 5         # start-up at -n NP (default 32)
 #   CHECKOUTS="/path/to/before ." bash scripts/measure-performance.sh 5   # interleaved with another checkout
@@ -23,6 +23,9 @@
 #       alternately: default; nice (every rank but 0 at nice NICE=5: scripts/nice-workers.sh); poll
 #       (MPICH's waiting ranks yield the core after POLL=100 polls instead of 1000:
 #       MPIR_CVAR_POLLS_BEFORE_YIELD, MPIR_CVAR_POSIX_POLL_FREQUENCY)
+#   NP=32 ROUNDS=2 ITERS=1000 bash scripts/measure-performance.sh n32-cpu   # issue 31 target 3: each rank's CPU
+#       time per iteration outside MPI, hpcgc's DIANA + qsgd:s=2 (scripts/rank-cpu.py) and the hand-written
+#       loop (--cpu) alternately
 #   AUTHORS=/tmp/Paper_9107_code bash scripts/measure-performance.sh 7
 #   ROUNDS=3 ITERS=60 CALLS=100 bash scripts/measure-performance.sh allreduce-emu   # issue 31 target 2 (as root)
 #       an emulated 4-node 1 Gb/s cluster of its own (hpcgc-bare-<pid>, removed again also on failure);
@@ -160,6 +163,23 @@ for t in "${targets[@]}"; do
             --rows $(( 569 / np_ )) | sed -n '1,3p;$p'
         done
       done ;;
+    n32-cpu)
+      np_=${NP:-32} rounds=${ROUNDS:-2} it=${ITERS:-1000}
+      say "issue 31 target 3: CPU µs per iteration outside MPI at -n $np_, hpcgc (default experiment, DIANA + qsgd:s=2; scripts/rank-cpu.py) and the hand-written loop (--cpu), $rounds rounds interleaved, $it iterations"
+      for i in $(seq "$rounds"); do
+        order=(hpcgc hand); [ $((i % 2)) -eq 0 ] && order=(hand hpcgc)
+        for w in "${order[@]}"; do
+          echo "# round $i, $w, load $(cut -d' ' -f1-3 /proc/loadavg)"
+          if [ "$w" = hpcgc ]; then
+            "$MPIEXEC" -n "$np_" "$PY" scripts/rank-cpu.py floor --config jobs/experiments/default.toml \
+              --set run.iterations="$it" --set run.tolerance=0 --set 'sweep.algorithm=["diana"]' \
+              --set 'sweep.compressor=["qsgd:s=2"]' -q -o "$out/n32-cpu.h5" --overwrite | grep -E '^(# CPU|000 |rank |0 |workers)'
+          else
+            "$MPIEXEC" -n "$np_" "$PY" scripts/handwritten-loop.py --iterations "$it" --rows $(( 569 / np_ )) --cpu \
+              | grep -E '^(# CPU|rank  |0 |workers|hand)'
+          fi
+        done
+      done ;;
     n32-wait)
       np_=${NP:-32} rounds=${ROUNDS:-3} files=()
       say "issue 31 target 3: the default experiment at -n $np_, run.wait = spin and yield alternately, $rounds rounds (${ITERS:-2000} iterations)"
@@ -200,6 +220,6 @@ for t in "${targets[@]}"; do
       echo "# done — $(date -u +%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
       "$abs_py" scripts/allreduce-emu.py report "$dir" ${CSV:+--csv "$CSV"} \
         --note "${NOTE:-load $(cut -d' ' -f1-3 /proc/loadavg) after the rounds; ROUNDS=$rounds ITERS=$iters CALLS=$calls}" ;;
-    *) echo "unknown target $t (2 2-a9a 4 5 6 7 traffic n32 n32-hand n32-busy n32-wait n32-sched allreduce-emu)" >&2; exit 2 ;;
+    *) echo "unknown target $t (2 2-a9a 4 5 6 7 traffic n32 n32-hand n32-busy n32-wait n32-sched n32-cpu allreduce-emu)" >&2; exit 2 ;;
   esac
 done
