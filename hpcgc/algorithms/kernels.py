@@ -91,7 +91,9 @@ def step_from_sum(x, h, v, total, scale: float, gamma: float, alpha: float, beta
 
 
 PREFETCH = 128
-"""Entries ahead of the x update at which :func:`sparse_step` asks for x's cache line."""
+"""Entries ahead of the x update at which :func:`sparse_step` asks for x's cache line: from memory,
+128 ahead arrive in time where 64 did not (``scripts/ef-server-parts.py --evict``: the step 165 →
+138–144 µs at d = 2²⁰, n·k = 32 768; docs/performance.md, "EF + top-k: what bounds the server step")."""
 
 
 @njit(cache=True)

@@ -344,7 +344,10 @@ def float_bits(x: np.ndarray) -> tuple[np.ndarray, np.unsignedinteger, np.unsign
 
 
 SCATTER_AHEAD = 128
-"""Entries ahead at which :func:`scatter_scaled` asks for out's cache line."""
+"""Entries ahead at which :func:`scatter_scaled` asks for out's cache line: from memory, a bare scatter
+at 32 768 entries of a 2²⁰ vector took 99–119 µs at 128 ahead against 162–179 at 32
+(``scripts/ef-server-parts.py --evict``); EF + top-k's compress phase, whose own update is this
+scatter, 0.504 → 0.437 ms in the run (docs/performance.md, issue 31 target 1, sixth round)."""
 
 
 @njit(cache=True)
