@@ -57,3 +57,37 @@ def test_formats_without_a_sparse_layout_count_per_message():
     bm, bw = np.zeros(4), np.zeros(4)
     ex.account(bm, bw)
     np.testing.assert_array_equal(bm, [alg.model_bits(i, p) for i, p in enumerate(pays)])
+
+
+@pytest.mark.parametrize("specs,d", [
+    (["topk:k=64"] * 5, 4096),                                 # Elias-omega gaps: decoded in pairs and one alone
+    (["randk:k=6"] * 32, 30),                                  # Elias and fixed-width indices mixed
+    (["topk:k=3", "randk:k=40", "topk:k=90"], 300),
+])
+def test_ef_accounting_takes_the_server_steps_stream_bits(specs, d, monkeypatch):
+    """After EF's sparse server step decoded the messages, the accounting takes each Elias stream's
+    bits from that decode (``Algorithm.stream_bits``) instead of decoding again — the same values as
+    the per-message formula; before any step, or after a step on other messages, it decodes itself."""
+    ex, alg, pays = _exchange(specs, d, "ef")
+    want = np.array([alg.model_bits(i, p) for i, p in enumerate(pays)], dtype=np.float64)
+    assert alg.stream_bits(ex.msgs) is None                    # no step yet: the kernel path
+    bm, bw = np.zeros(len(specs)), np.zeros(len(specs))
+    ex.account(bm, bw)
+    np.testing.assert_array_equal(bm, want)
+    ss = alg.server_init(np.zeros(d))
+    alg.codecs = [c.prepared(d) for c in alg.compressors]
+    alg.server_step(ss, ex.msgs)
+    bits = alg.stream_bits(ex.msgs)
+    assert bits is not None and bits.shape == (len(specs),)
+    flags = np.array([int(p[wire.FLAGS_BYTE]) & wire.FLAG_ELIAS for p in pays])
+    assert np.all((bits >= 0) == (flags != 0))
+    monkeypatch.setattr("hpcgc.exchange.base.sparse_layout_bits",
+                        lambda *a: pytest.fail("decoded the streams again"))
+    bm[:] = 0.0
+    ex.account(bm, bw)
+    np.testing.assert_array_equal(bm, want)
+    other = Exchange.__new__(Exchange)                          # other messages: not the step's
+    other.alg, other.worker_ranks = alg, list(range(len(specs)))
+    other._messages((np.concatenate(pays), np.array([p.size for p in pays], dtype=np.int32),
+                     np.concatenate([[0], np.cumsum([p.size for p in pays])[:-1]]).astype(np.int32)))
+    assert alg.stream_bits(other.msgs) is None

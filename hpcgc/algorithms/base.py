@@ -353,6 +353,14 @@ class Algorithm:
         """Model bits of worker i's message, accounted right after the server step decoded it."""
         return self.compressors[i].decoded_model_bits(payload, self.d)
 
+    def stream_bits(self, messages):
+        """The bits of each of ``messages``' Elias-omega index streams (int64, −1 for fixed-width
+        indices), as this rank's last server step decoded them — when that step decoded exactly
+        ``messages`` (the same :class:`~hpcgc.exchange.base.Messages`) —, else None: rank 0's bit
+        accounting of sparse payloads then decodes the streams itself (``Exchange._sparse_bits``).
+        EF's sparse step has them (:func:`~hpcgc.compressors.sparse_base.decode_entries`)."""
+        return None
+
     def grad_evals(self, state) -> float:
         """Single-sample gradient evaluations worker ``state`` has made (NaN where not counted);
         recorded per worker at the end of a run (``workers/grad_evals``)."""

@@ -59,38 +59,51 @@ class Entries(NamedTuple):
         return idx, vals
 
 
-def decode_entries(messages, idx: np.ndarray, vals: np.ndarray, near: np.ndarray | None = None) -> np.ndarray:
+def decode_entries(messages, idx: np.ndarray, vals: np.ndarray, near: np.ndarray | None = None,
+                   bits: np.ndarray | None = None) -> np.ndarray:
     """Decode the :class:`Entries` ``messages`` one after another into idx (int64) and vals
     (float64), which have room for Σ nnz; returns where each starts (n + 1 offsets). Elias-omega
     streams are decoded two at a time in lockstep (:func:`~.kernels.elias_gaps.decode_entries_pair`:
     two independent chains), each with its values in the same kernel call; ``near``: a float64
     array whose cache lines at the decoded indices are asked for while decoding (the vector the
-    entries will update). Raises PayloadError for the first invalid message, in message order."""
+    entries will update); ``bits``: an int64 array of room n, given the length in bits of each
+    message's Elias-omega index stream as the decoder consumed it (−1 for a fixed-width index
+    message) — what rank 0's bit accounting would decode the streams again for
+    (:meth:`hpcgc.algorithms.base.Algorithm.stream_bits`). Raises PayloadError for the first
+    invalid message, in message order."""
+    if bits is not None:
+        bits[:len(messages)] = -1
     starts = np.zeros(len(messages) + 1, dtype=np.int64)
     for q, m in enumerate(messages):
         starts[q + 1] = starts[q] + m.nnz
-    waiting = None
+
+    def decoded(q, status, finite):
+        m = messages[q]
+        _decoded(m, status, finite)
+        if bits is not None and m.elias:
+            bits[q] = int(status)
+    waiting = None                 # (q, the kernel's arguments) of an Elias message waiting for a pair
     for q, m in enumerate(messages):
         a, b = starts[q], starts[q + 1]
         if not m.elias:
             if waiting is not None:
-                _decoded(waiting[0], *decode_entries_kernel(*waiting[1:], m.d, DECODE_TABLE, near))
+                decoded(waiting[0], *decode_entries_kernel(*waiting[1:], m.d, DECODE_TABLE, near))
                 waiting = None
             got, _ = read_indices(m.payload, m.ioff, m.nnz, m.d, False, m.who)
             idx[a:b] = got
-            _decoded(m, 0, not nonfinite_flag(m.values))
+            decoded(q, 0, not nonfinite_flag(m.values))
             np.multiply(m.values, m.scale, out=vals[a:b], dtype=np.float64)
         elif waiting is None:
-            waiting = (m, m.payload, m.ioff, idx[a:b], m.values, m.scale, vals[a:b])
+            waiting = (q, m.payload, m.ioff, idx[a:b], m.values, m.scale, vals[a:b])
         else:
             w = waiting
             sa, fa, sb, fb = decode_entries_pair(*w[1:], m.payload, m.ioff, idx[a:b], m.values, m.scale, vals[a:b],
                                                  m.d, DECODE_TABLE, near)
-            _decoded(w[0], sa, fa)
-            _decoded(m, sb, fb)
+            decoded(w[0], sa, fa)
+            decoded(q, sb, fb)
             waiting = None
     if waiting is not None:
-        _decoded(waiting[0], *decode_entries_kernel(*waiting[1:], waiting[0].d, DECODE_TABLE, near))
+        decoded(waiting[0], *decode_entries_kernel(*waiting[1:], messages[waiting[0]].d, DECODE_TABLE, near))
     return starts
 
 

@@ -316,8 +316,13 @@ class Exchange:
         (:func:`~hpcgc.compressors.kernels.elias_gaps.sparse_layout_bits`): value bits +
         nnz·⌈log₂d⌉, or + the Elias stream's bits where the flag is set; ``alg.model_bits`` per
         message for a payload shorter than its layout or a stream the kernel refuses (neither in a
-        valid run: the server step decoded them)."""
+        valid run: the server step decoded them). Where this rank's server step has just decoded
+        the same messages' streams (``Algorithm.stream_bits``: EF's sparse step), their bits come
+        from that decode — the same numbers — instead of a second pass of serial decoding."""
         fixed, nnz, ioff, vbits = layouts
+        known = self.alg.stream_bits(self.msgs)
+        if known is not None:             # the server step decoded these streams: their bits, not a second decode
+            return np.where(known >= 0, vbits + known, fixed)
         buf, starts, _ = self.msgs.batch
         model = np.empty(counts.shape[0])
         if sparse_layout_bits(buf, starts, counts, fixed, nnz, ioff, vbits, self.alg.d, model, DECODE_TABLE):
