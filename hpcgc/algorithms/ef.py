@@ -260,10 +260,10 @@ class EF(ErrorFeedback):
         decoded into m (zero between steps), x −= m and m is zeroed over all d. Each coordinate's
         sum is formed in message order either way (the same bits)."""
         codecs = self.codecs
-        self._decoded = None
+        self._bits_for = None
         if all(codecs[i].entries is not None for i, _ in messages):
             idx, vals, starts = self._entries(messages, state.x)
-            self._decoded = messages          # the index streams' bits below are these messages' (stream_bits)
+            self._bits_for = messages         # the index streams' bits below are these messages' (stream_bits)
             state.track(sparse_step(state.x, idx, vals, starts, self._block))
             return state.x
         state.track(None)
@@ -300,7 +300,7 @@ class EF(ErrorFeedback):
     def stream_bits(self, messages):
         """The index streams' bits of ``messages`` as this rank's last server step decoded them, when
         that step decoded exactly these (their entries, :meth:`_entries`); else None."""
-        return self._bits[:len(messages)] if getattr(self, "_decoded", None) is messages else None
+        return self._bits[:len(messages)] if getattr(self, "_bits_for", None) is messages else None
 
     def server_reduced(self, state: ServerState, add_sum) -> np.ndarray:
         """The same step from Σ_i w_i C(e_i) decoded from an Allreduce sum (one compressor, one s);
