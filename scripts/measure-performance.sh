@@ -49,6 +49,21 @@ say() {
   echo "### $* — $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs), commit $(git rev-parse --short HEAD)"
 }
 
+# Issue 31 target 3's pair at -n $np_ with $it iterations (set by the target): hpcgc's DIANA + qsgd:s=2 on
+# the default experiment ("$@" after OUT: the launch and entry point — "$PY" -m hpcgc.bench, or
+# scripts/rank-cpu.py), and the hand-written loop of the same shape (the launch, then -- and its flags).
+diana_n32() {
+  local o=$1; shift
+  "$@" floor --config jobs/experiments/default.toml --set run.iterations="$it" --set run.tolerance=0 \
+    --set 'sweep.algorithm=["diana"]' --set 'sweep.compressor=["qsgd:s=2"]' -q -o "$o" --overwrite
+}
+hand_n32() {
+  local launch=()
+  while [ "$1" != -- ]; do launch+=("$1"); shift; done
+  shift
+  "${launch[@]}" scripts/handwritten-loop.py --iterations "$it" --rows $(( 569 / np_ )) "$@"
+}
+
 for t in "${targets[@]}"; do
   case "$t" in
     2)
@@ -118,13 +133,10 @@ for t in "${targets[@]}"; do
         for w in "${order[@]}"; do
           echo "# round $i, $w, load $(cut -d' ' -f1-3 /proc/loadavg)"
           if [ "$w" = hpcgc ]; then
-            "$MPIEXEC" -n "$np_" "$PY" -m hpcgc.bench floor --config jobs/experiments/default.toml \
-              --set run.iterations="$it" --set run.tolerance=0 --set 'sweep.algorithm=["diana"]' \
-              --set 'sweep.compressor=["qsgd:s=2"]' -q -o "$out/n32-hand-$i.h5" --overwrite \
+            diana_n32 "$out/n32-hand-$i.h5" "$MPIEXEC" -n "$np_" "$PY" -m hpcgc.bench \
               | grep -A2 '^run   algorithm compressor  *collective  iters'
           else
-            "$MPIEXEC" -n "$np_" "$PY" scripts/handwritten-loop.py --iterations "$it" --rows $(( 569 / np_ )) \
-              | sed -n '1,3p;$p'
+            hand_n32 "$MPIEXEC" -n "$np_" "$PY" -- | sed -n '1,3p;$p'
           fi
         done
       done ;;
@@ -136,8 +148,7 @@ for t in "${targets[@]}"; do
         order=("${busy[@]}"); [ $((i % 2)) -eq 0 ] && order=($(printf '%s\n' "${busy[@]}" | tac))   # alternate the order
         for b in "${order[@]}"; do
           echo "# round $i, $flag $b µs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-          "$MPIEXEC" -n "$np_" "$PY" scripts/handwritten-loop.py --iterations "$it" --rows $(( 569 / np_ )) "$flag" "$b" \
-            | sed -n '1,3p;$p'
+          hand_n32 "$MPIEXEC" -n "$np_" "$PY" -- "$flag" "$b" | sed -n '1,3p;$p'
         done
       done ;;
     n32-sched)
@@ -154,13 +165,10 @@ for t in "${targets[@]}"; do
             *) echo "unknown mode $m (default nice poll)" >&2; exit 2 ;;
           esac
           echo "# round $i, mode $m, hpcgc, load $(cut -d' ' -f1-3 /proc/loadavg)"
-          env "${envs[@]}" "$MPIEXEC" -n "$np_" "${pre[@]}" "$PY" -m hpcgc.bench floor --config jobs/experiments/default.toml \
-            --set run.iterations="$it" --set run.tolerance=0 --set 'sweep.algorithm=["diana"]' \
-            --set 'sweep.compressor=["qsgd:s=2"]' -q -o "$out/n32-sched.h5" --overwrite \
+          diana_n32 "$out/n32-sched.h5" env "${envs[@]}" "$MPIEXEC" -n "$np_" "${pre[@]}" "$PY" -m hpcgc.bench \
             | grep -A2 '^run   algorithm compressor  *collective  iters'
           echo "# round $i, mode $m, hand, load $(cut -d' ' -f1-3 /proc/loadavg)"
-          env "${envs[@]}" "$MPIEXEC" -n "$np_" "${pre[@]}" "$PY" scripts/handwritten-loop.py --iterations "$it" \
-            --rows $(( 569 / np_ )) | sed -n '1,3p;$p'
+          hand_n32 env "${envs[@]}" "$MPIEXEC" -n "$np_" "${pre[@]}" "$PY" -- | sed -n '1,3p;$p'
         done
       done ;;
     n32-cpu)
@@ -171,12 +179,10 @@ for t in "${targets[@]}"; do
         for w in "${order[@]}"; do
           echo "# round $i, $w, load $(cut -d' ' -f1-3 /proc/loadavg)"
           if [ "$w" = hpcgc ]; then
-            "$MPIEXEC" -n "$np_" "$PY" scripts/rank-cpu.py floor --config jobs/experiments/default.toml \
-              --set run.iterations="$it" --set run.tolerance=0 --set 'sweep.algorithm=["diana"]' \
-              --set 'sweep.compressor=["qsgd:s=2"]' -q -o "$out/n32-cpu.h5" --overwrite | grep -E '^(# CPU|000 |rank |0 |workers)'
+            diana_n32 "$out/n32-cpu.h5" "$MPIEXEC" -n "$np_" "$PY" scripts/rank-cpu.py \
+              | grep -E '^(# CPU|000 |rank |0 |workers)'
           else
-            "$MPIEXEC" -n "$np_" "$PY" scripts/handwritten-loop.py --iterations "$it" --rows $(( 569 / np_ )) --cpu \
-              | grep -E '^(# CPU|rank  |0 |workers|hand)'
+            hand_n32 "$MPIEXEC" -n "$np_" "$PY" -- --cpu | grep -E '^(# CPU|rank  |0 |workers|hand)'
           fi
         done
       done ;;
